@@ -1,0 +1,55 @@
+"""What module_fp8_mqa_logits is built from, per target, and with which flags.
+
+The single source of truth for the JIT builder, the ahead-of-time build in setup.py and the ISA
+checker (``python -m aiter.jit.check_isa``), so that what CI checks is what users run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MODULE_NAME = "module_fp8_mqa_logits"
+
+
+def csrc_dir() -> Path:
+    """The C++/CUDA/HIP sources: packaged copy first (wheel installs), else the repository's csrc/."""
+    packaged = Path(__file__).resolve().parent.parent / "_csrc"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "csrc"
+
+
+# Sources every build compiles: the ATen binding and the portable CPU path.
+COMMON_SOURCES = ("fp8_mqa_logits_binding.cpp", "kernels/fp8_mqa_logits_cpu.cpp")
+# Per-target kernel sources, added when the target is present.
+SM90_SOURCES = ("kernels/fp8_mqa_logits_sm90.cu",)
+GFX950_SOURCES = ("kernels/fp8_mqa_logits_gfx950.hip",)
+INCLUDE_DIRS = ("include",)
+
+CXX_FLAGS = ["-O3", "-std=c++17"]
+# -gencode form: nvcc 13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma.
+SM90_NVCC_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-DAITER_WITH_SM90",
+]
+# From the design document: -fno-honor-nans makes fmaxf(x, 0) one v_max; -fno-slp-vectorize keeps the
+# epilogue scalar (packed v_pk_* does not co-issue with MFMA); -disable-machine-sink keeps the last
+# MFMA pair inside the loop.
+GFX950_HIP_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "--offload-arch=gfx950",
+    "-fno-honor-nans",
+    "-fno-slp-vectorize",
+    "-mllvm",
+    "-disable-machine-sink",
+    "-DAITER_WITH_GFX950",
+]
+
+
+def source_paths(names) -> list[str]:
+    root = csrc_dir()
+    return [os.fspath(root / n) for n in names]
