@@ -1,0 +1,214 @@
+"""The Python API: custom-op registration (opcheck), both call forms, is_supported, torch.compile,
+and that importing the package builds nothing. Correctness of the kernels is tested elsewhere; here
+a result is compared with the float64 reference only to show the call reached the real op."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import aiter
+from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
+from aiter.testing.mqa_logits import make_inputs, make_windows, reference_logits
+
+REPO = Path(__file__).resolve().parents[1]
+FP8 = torch.float8_e4m3fn
+
+
+def _case(M=17, N=61, H=4, D=32, mode="misaligned", seed=1):
+    q, kv, s, w = make_inputs(M, N, H, D, "cpu", seed)
+    ks, ke = make_windows(mode, M, N)
+    return q, kv, s, w, ks, ke
+
+
+def _assert_matches_reference(out, args, clean=True):
+    ref = reference_logits(*args, clean_logits=clean)
+    inside = torch.isfinite(ref)
+    err = ((out.double() - ref)[inside].norm() / ref[inside].norm()).item()
+    assert err < 1e-6, err
+    if clean:
+        assert torch.equal(torch.isinf(out), torch.isinf(ref))
+
+
+@pytest.fixture
+def fp8_aware_allclose(monkeypatch):
+    """opcheck's schema test compares every input before/after with torch.allclose, which torch
+    2.13 does not implement for float8 on the CPU. Compare float8 tensors bit for bit instead
+    (stricter than allclose); every other dtype goes to the original."""
+    original = torch.allclose
+
+    def allclose(a, b, *args, **kwargs):
+        if a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and b.dtype == a.dtype:
+            return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        return original(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "allclose", allclose)
+
+
+def _opcheck_case(clean):
+    """clean_logits=False leaves out-of-window elements unspecified (uninitialised in a fresh
+    output), which opcheck would compare: give every row the full key range then."""
+    q, kv, s, w, ks, ke = _case()
+    if not clean:
+        ks, ke = torch.zeros_like(ks), torch.full_like(ke, kv.shape[0])
+    return q, kv, s, w, ks, ke
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_opcheck_functional(fp8_aware_allclose, clean):
+    args = _opcheck_case(clean)
+    result = torch.library.opcheck(torch.ops.aiter.fp8_mqa_logits.default, (*args, clean, 0))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_opcheck_out(fp8_aware_allclose, clean):
+    args = _opcheck_case(clean)
+    out = torch.full((17, 64), float("nan"))[:, :61]  # padded row stride
+    result = torch.library.opcheck(torch.ops.aiter.fp8_mqa_logits_out.default, (*args, clean, out, 0))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_functional_returns_new_tensor():
+    args = _case()
+    out = fp8_mqa_logits(*args)
+    assert out.shape == (17, 61) and out.dtype == torch.float32 and out.device == args[0].device
+    _assert_matches_reference(out, args)
+    assert aiter.fp8_mqa_logits is fp8_mqa_logits
+
+
+def test_out_is_written_in_place_and_returned():
+    args = _case()
+    storage = torch.full((17, 64), float("nan"))
+    out = storage[:, :61]
+    got = fp8_mqa_logits(*args, out=out)
+    assert got is out
+    _assert_matches_reference(out, args)
+    assert torch.isnan(storage[:, 61:]).all(), "columns past N of the padded buffer were touched"
+    # clean_logits=False leaves the out-of-window part as it was here (unspecified by the contract,
+    # so only the in-window part is compared).
+    out2 = torch.full((17, 61), 5.0)
+    fp8_mqa_logits(*args, clean_logits=False, out=out2, split_n=None)
+    _assert_matches_reference(out2, args, clean=False)
+
+
+def test_deepgemm_call_form_matches_aiter_form():
+    q, kv, s, w, ks, ke = _case(mode="causal")
+    a = fp8_mqa_logits(q, kv, s, w, ks, ke, True)
+    for scales in (s, s.reshape(-1, 1)):
+        b = fp8_mqa_logits_deepgemm(q, (kv, scales), w, ks, ke, clean_logits=True)
+        assert torch.equal(a, b)
+    c = fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, False)
+    inside = torch.isfinite(a)
+    assert torch.equal(a[inside], c[inside])
+    with pytest.raises(TypeError, match="kv must be the pair"):
+        fp8_mqa_logits_deepgemm(q, kv, w, ks, ke)
+
+
+def test_bad_argument_is_a_clear_error():
+    q, kv, s, w, ks, ke = _case()
+    with pytest.raises((TypeError, ValueError, RuntimeError), match="kv"):
+        fp8_mqa_logits(q, kv.view(torch.uint8), s, w, ks, ke)
+
+
+def test_is_supported():
+    for H, D in ((1, 1), (3, 5), (32, 128), (64, 128), (128, 64)):
+        assert is_supported(H, D, "cpu") and is_supported(H, D, torch.device("cpu"))
+    assert not is_supported(0, 128, "cpu") and not is_supported(32, 0, "cpu")
+    assert not is_supported("x", 128, "cpu") and not is_supported(None, 128)
+    assert not is_supported(32, 128, "meta")
+    if not torch.cuda.is_available():
+        assert not is_supported(32, 128, "cuda")
+        assert is_supported(7, 9)  # no GPU visible: the default device is the CPU
+        return
+    for H, D in ((32, 128), (64, 128), (16, 128), (32, 64)):
+        got = is_supported(H, D, "cuda")
+        if torch.version.hip:
+            arch = torch.cuda.get_device_properties(0).gcnArchName
+            want = arch.startswith("gfx950") and H in (32, 64) and D == 128
+        else:
+            want = torch.cuda.get_device_capability(0) == (9, 0) and H in (32, 64) and D == 128
+        assert got == want, (H, D)
+
+
+def test_fake_kernels_on_meta_tensors():
+    # Meta tensors carry no data: this also shows the Python path reads no tensor values.
+    q = torch.empty(5, 4, 32, dtype=FP8, device="meta")
+    kv = torch.empty(9, 32, dtype=FP8, device="meta")
+    s = torch.empty(9, device="meta")
+    w = torch.empty(5, 4, device="meta")
+    ks = torch.empty(5, dtype=torch.int32, device="meta")
+    out = fp8_mqa_logits(q, kv, s, w, ks, ks)
+    assert out.shape == (5, 9) and out.dtype == torch.float32 and out.device.type == "meta"
+    buf = torch.empty(5, 9, device="meta")
+    assert fp8_mqa_logits(q, kv, s, w, ks, ks, out=buf) is buf
+    assert torch.ops.aiter.fp8_mqa_logits_out(q, kv, s, w, ks, ks, True, buf, 0) is None
+    with pytest.raises(ValueError, match="q must be 3-D"):
+        fp8_mqa_logits(q[0], kv, s, w, ks, ks)
+
+
+def test_torch_compile_fullgraph_cpu():
+    torch._dynamo.reset()
+    args = _case(mode="causal")
+
+    def functional(q, kv, s, w, ks, ke):
+        return fp8_mqa_logits(q, kv, s, w, ks, ke, clean_logits=True)
+
+    def with_out(q, kv, s, w, ks, ke, out):
+        fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, clean_logits=False)  # traced, result unused
+        fp8_mqa_logits(q, kv, s, w, ks, ke, False, out=out)
+        return out
+
+    eager = functional(*args)
+    compiled = torch.compile(functional, fullgraph=True)(*args)
+    assert torch.equal(compiled, eager)
+    out = torch.zeros(17, 61)
+    torch.compile(with_out, fullgraph=True)(*args, out)
+    inside = torch.isfinite(eager)
+    assert torch.equal(out[inside], eager[inside])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: host-sync detection is a CUDA feature")
+def test_no_host_sync_on_gpu():
+    if not is_supported(32, 128, "cuda"):
+        pytest.skip("no native kernel on this GPU")
+    args = [t.cuda() for t in _case(M=64, N=512, H=32, D=128, mode="causal")]
+    fp8_mqa_logits(*args)  # first use builds / loads outside the checked region
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fp8_mqa_logits(*args)
+        fp8_mqa_logits(*args, out=torch.empty(64, 512, device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_import_builds_nothing(tmp_path):
+    cache = tmp_path / "jit"
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import aiter, torch
+        print(json.dumps({
+            "ops": [hasattr(torch.ops.aiter, n) for n in ("fp8_mqa_logits", "fp8_mqa_logits_out")],
+            "core_imported": "aiter.jit.core" in sys.modules,
+            "cpp_extension_imported": "torch.utils.cpp_extension" in sys.modules,
+        }))
+        """
+    )
+    env = dict(os.environ, AITER_JIT_DIR=os.fspath(cache), PYTHONPATH=os.fspath(REPO))
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["ops"] == [True, True]
+    assert not info["core_imported"] and not info["cpp_extension_imported"], info
+    assert not cache.exists(), "import aiter touched the JIT cache"
+    assert "building" not in p.stderr
