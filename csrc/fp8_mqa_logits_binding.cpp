@@ -1,0 +1,269 @@
+// ATen binding of fp8_mqa_logits (module_fp8_mqa_logits).
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * dot(Q[m,h,:], K[n,:])) * w[m,h]   for n in [s_m, e_m)
+//   -inf elsewhere when clean_logits (else untouched); s_m, e_m = ks[m], ke[m] clamped to [0, N].
+//
+// This file only validates the arguments against the contract (shared/design/operator.md), fills
+// aiter::Fp8MqaLogitsParams and hands them to the CPU path or to the GPU backend of q's device.
+// Every contract violation is a TORCH_CHECK naming the argument: TypeError for a dtype, ValueError
+// for a rank, shape, stride, size or alignment, NotImplementedError for a shape or device no compiled
+// kernel serves, RuntimeError for mixed devices and launch failures.
+#include <torch/extension.h>
+
+#include <c10/core/DeviceGuard.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fp8_mqa_logits_cpu.h"
+#include "fp8_mqa_logits_launch.h"
+#include "fp8_mqa_logits_params.h"
+
+#ifdef AITER_WITH_SM90
+#include <ATen/cuda/CUDAContext.h>
+#endif
+#ifdef AITER_WITH_GFX950
+#include <ATen/hip/HIPContext.h>
+#endif
+
+namespace {
+
+#define AITER_OP "fp8_mqa_logits: "
+
+// Largest row count / key count the device kernels address: TMA tensor-map dimensions and the
+// kernels' int key indices are 32-bit.
+constexpr int64_t kMaxDeviceRows = std::numeric_limits<int32_t>::max();
+// TMA (sm90) and the 16-byte global->LDS loads (gfx950) need 16-byte aligned Q and K rows.
+constexpr int64_t kDeviceAlignment = 16;
+
+void check_defined(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.defined(), AITER_OP, name, " is an undefined tensor");
+}
+
+void check_dtype(const at::Tensor& t, const char* name, at::ScalarType want, const char* want_text,
+                 const char* hint = "") {
+  TORCH_CHECK_TYPE(t.scalar_type() == want, AITER_OP, name, " must have dtype ", want_text, ", got ",
+                   t.scalar_type(), hint);
+}
+
+void check_fp8(const at::Tensor& t, const char* name) {
+  check_dtype(t, name, at::kFloat8_e4m3fn, "torch.float8_e4m3fn",
+              t.element_size() == 1
+                  ? " (the bytes are decoded as e4m3fn, so another one-byte dtype is not accepted)"
+                  : "");
+}
+
+void check_bounds_dtype(const at::Tensor& t, const char* name) {
+  check_dtype(t, name, at::kInt, "torch.int32",
+              t.scalar_type() == at::kLong ? " (int64 bounds are not accepted: pass .to(torch.int32))"
+                                           : "");
+}
+
+void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* layout) {
+  TORCH_CHECK_VALUE(t.dim() == dim, AITER_OP, name, " must be ", dim, "-D ", layout, ", got shape ",
+                    t.sizes());
+}
+
+void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t want, const char* what) {
+  TORCH_CHECK_VALUE(t.size(dim) == want, AITER_OP, name, ".size(", dim, ") must be ", what, " = ", want,
+                    ", got shape ", t.sizes());
+}
+
+void check_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.is_contiguous(), AITER_OP, name, " must be contiguous, got shape ", t.sizes(),
+                    " with strides ", t.strides(), " (call .contiguous())");
+}
+
+void check_same_device(const at::Tensor& t, const char* name, const at::Device& device) {
+  TORCH_CHECK(t.device() == device, AITER_OP, name, " is on ", t.device(), " but q is on ", device,
+              "; all tensors must be on q's device");
+}
+
+// weights [M, H] and out [M, N]: rows may be padded, the last dim must be dense.
+void check_row_major(const at::Tensor& t, const char* name, const char* cols_name) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  TORCH_CHECK_VALUE(cols <= 1 || t.stride(1) == 1, AITER_OP, name,
+                    " must have a contiguous last dim (stride(1) == 1), got strides ", t.strides());
+  TORCH_CHECK_VALUE(rows <= 1 || t.stride(0) >= cols, AITER_OP, name, " row stride (stride(0) = ",
+                    t.stride(0), ") must be >= ", cols_name, " = ", cols, ", got strides ",
+                    t.strides());
+}
+
+int64_t row_stride(const at::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+
+#if defined(AITER_WITH_SM90) || defined(AITER_WITH_GFX950)
+void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, const at::Tensor& kv) {
+  TORCH_CHECK_VALUE(N <= kMaxDeviceRows, AITER_OP, "kv has N = ", N,
+                    " keys; the GPU kernels address at most ", kMaxDeviceRows,
+                    " (split the chunk or use CPU tensors)");
+  TORCH_CHECK_VALUE(M * H <= kMaxDeviceRows, AITER_OP, "q has M * H = ", M, " * ", H, " = ", M * H,
+                    " rows; the GPU kernels address at most ", kMaxDeviceRows, " (split the rows)");
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(q.data_ptr()) % kDeviceAlignment == 0, AITER_OP,
+                    "q's data pointer must be ", kDeviceAlignment,
+                    "-byte aligned for the GPU kernels (got a view at storage offset ",
+                    q.storage_offset(), "; pass q.clone())");
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(kv.data_ptr()) % kDeviceAlignment == 0, AITER_OP,
+                    "kv's data pointer must be ", kDeviceAlignment,
+                    "-byte aligned for the GPU kernels (got a view at storage offset ",
+                    kv.storage_offset(), "; pass kv.clone())");
+}
+#endif
+
+void launch_gpu(const aiter::Fp8MqaLogitsParams& p, const at::Tensor& q, const at::Tensor& kv,
+                int64_t split_n) {
+#if defined(AITER_WITH_SM90)
+  (void)split_n;
+  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
+  TORCH_CHECK_NOT_IMPLEMENTED(props->major == 9 && props->minor == 0, AITER_OP, "no kernel for sm_",
+                              props->major, props->minor, " (", q.device(), ", ", props->name,
+                              "): this build has the sm_90a (Hopper) kernel only; use CPU tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(aiter::fp8_mqa_logits_sm90_supports(p.H, p.D), AITER_OP,
+                              "the sm_90a kernel serves H in {32, 64} and D == 128, got q of shape ",
+                              q.sizes(), " (H = ", p.H, ", D = ", p.D, "); use CPU tensors");
+  check_device_sizes(p.M, p.N, p.H, q, kv);
+  if (p.M == 0 || p.N == 0) return;
+  const char* err = aiter::fp8_mqa_logits_sm90_launch(
+      p, props->multiProcessorCount, static_cast<void*>(at::cuda::getCurrentCUDAStream().stream()));
+  TORCH_CHECK(err == nullptr, AITER_OP, "sm_90a launch failed on ", q.device(), ": ", err);
+#elif defined(AITER_WITH_GFX950)
+  const hipDeviceProp_t* props = at::hip::getCurrentDeviceProperties();
+  const std::string arch = props->gcnArchName;
+  TORCH_CHECK_NOT_IMPLEMENTED(arch.rfind("gfx950", 0) == 0, AITER_OP, "no kernel for ", arch, " (",
+                              q.device(), "): this build has the gfx950 (MI355X) kernel only; use "
+                              "CPU tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(aiter::fp8_mqa_logits_gfx950_supports(p.H, p.D), AITER_OP,
+                              "the gfx950 kernel serves H in {32, 64} and D == 128, got q of shape ",
+                              q.sizes(), " (H = ", p.H, ", D = ", p.D, "); use CPU tensors");
+  check_device_sizes(p.M, p.N, p.H, q, kv);
+  TORCH_CHECK_VALUE(split_n <= std::numeric_limits<int32_t>::max(), AITER_OP,
+                    "split_n must fit in int32, got ", split_n);
+  if (p.M == 0 || p.N == 0) return;
+  hipStream_t stream = at::hip::getCurrentHIPStream();
+  const char* err = aiter::fp8_mqa_logits_gfx950_launch(
+      p, static_cast<int>(split_n), props->multiProcessorCount, static_cast<void*>(stream));
+  TORCH_CHECK(err == nullptr, AITER_OP, "gfx950 launch failed on ", q.device(), ": ", err);
+#else
+  (void)p;
+  (void)kv;
+  (void)split_n;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, AITER_OP, "q is on ", q.device(),
+                              " but module_fp8_mqa_logits was built without a GPU backend "
+                              "(compiled: cpu); rebuild it on a machine with the CUDA toolkit "
+                              "(sm_90a) or ROCm (gfx950), or pass CPU tensors");
+#endif
+}
+
+at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
+                          const at::Tensor& weights, const at::Tensor& cu_starts,
+                          const at::Tensor& cu_ends, bool clean_logits,
+                          const c10::optional<at::Tensor>& out, int64_t split_n) {
+  check_defined(q, "q");
+  check_defined(kv, "kv");
+  check_defined(kv_scales, "kv_scales");
+  check_defined(weights, "weights");
+  check_defined(cu_starts, "cu_starts");
+  check_defined(cu_ends, "cu_ends");
+  const bool has_out = out.has_value() && out->defined();
+
+  check_fp8(q, "q");
+  check_fp8(kv, "kv");
+  check_dtype(kv_scales, "kv_scales", at::kFloat, "torch.float32");
+  check_dtype(weights, "weights", at::kFloat, "torch.float32");
+  check_bounds_dtype(cu_starts, "cu_starts");
+  check_bounds_dtype(cu_ends, "cu_ends");
+  if (has_out) check_dtype(*out, "out", at::kFloat, "torch.float32");
+
+  check_dim(q, "q", 3, "[M, H, D]");
+  check_dim(kv, "kv", 2, "[N, D]");
+  check_dim(weights, "weights", 2, "[M, H]");
+  check_dim(cu_starts, "cu_starts", 1, "[M]");
+  check_dim(cu_ends, "cu_ends", 1, "[M]");
+  const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
+  TORCH_CHECK_VALUE(H >= 1 && D >= 1, AITER_OP, "q must have H >= 1 heads and head dim D >= 1, got shape ",
+                    q.sizes());
+  TORCH_CHECK_VALUE(H <= std::numeric_limits<int32_t>::max() && D <= std::numeric_limits<int32_t>::max(),
+                    AITER_OP, "q's H and D must fit in int32, got shape ", q.sizes());
+  check_size(kv, "kv", 1, D, "q's head dim D");
+  TORCH_CHECK_VALUE(kv_scales.dim() == 1 || (kv_scales.dim() == 2 && kv_scales.size(1) == 1), AITER_OP,
+                    "kv_scales must be [N] or [N, 1], got shape ", kv_scales.sizes());
+  check_size(kv_scales, "kv_scales", 0, N, "kv's N");
+  check_size(weights, "weights", 0, M, "q's M");
+  check_size(weights, "weights", 1, H, "q's H");
+  check_size(cu_starts, "cu_starts", 0, M, "q's M");
+  check_size(cu_ends, "cu_ends", 0, M, "q's M");
+  if (has_out) {
+    check_dim(*out, "out", 2, "[M, N]");
+    check_size(*out, "out", 0, M, "q's M");
+    check_size(*out, "out", 1, N, "kv's N");
+  }
+
+  const at::Device device = q.device();
+  TORCH_CHECK_NOT_IMPLEMENTED(device.is_cpu() || device.is_cuda(), AITER_OP, "q is on ", device,
+                              ", which has no kernel here (cpu or cuda tensors only; the meta/fake "
+                              "kernel is torch.ops.aiter.fp8_mqa_logits')");
+  check_same_device(kv, "kv", device);
+  check_same_device(kv_scales, "kv_scales", device);
+  check_same_device(weights, "weights", device);
+  check_same_device(cu_starts, "cu_starts", device);
+  check_same_device(cu_ends, "cu_ends", device);
+  if (has_out) check_same_device(*out, "out", device);
+
+  check_contiguous(q, "q");
+  check_contiguous(kv, "kv");
+  check_contiguous(kv_scales, "kv_scales");
+  check_contiguous(cu_starts, "cu_starts");
+  check_contiguous(cu_ends, "cu_ends");
+  check_row_major(weights, "weights", "H");
+  if (has_out) check_row_major(*out, "out", "N");
+
+  const c10::DeviceGuard guard(device);
+  at::Tensor result = has_out ? *out : at::empty({M, N}, q.options().dtype(at::kFloat));
+
+  aiter::Fp8MqaLogitsParams p{};
+  p.q = static_cast<const uint8_t*>(q.data_ptr());
+  p.kv = static_cast<const uint8_t*>(kv.data_ptr());
+  p.kv_scales = kv_scales.data_ptr<float>();
+  p.weights = weights.data_ptr<float>();
+  p.ks = cu_starts.data_ptr<int32_t>();
+  p.ke = cu_ends.data_ptr<int32_t>();
+  p.out = result.data_ptr<float>();
+  p.M = M;
+  p.N = N;
+  p.H = static_cast<int32_t>(H);
+  p.D = static_cast<int32_t>(D);
+  p.weights_stride = row_stride(weights);
+  p.out_stride = row_stride(result);
+  p.clean_logits = clean_logits;
+
+  if (device.is_cpu()) {
+    if (M > 0 && N > 0) aiter::fp8_mqa_logits_cpu(p);
+  } else {
+    launch_gpu(p, q, kv, split_n);
+  }
+  return result;
+}
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> names{"cpu"};
+#ifdef AITER_WITH_SM90
+  names.emplace_back("sm90");
+#endif
+#ifdef AITER_WITH_GFX950
+  names.emplace_back("gfx950");
+#endif
+  return names;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "fp8_mqa_logits: the DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K)";
+  m.def("fp8_mqa_logits", &fp8_mqa_logits, py::arg("q"), py::arg("kv"), py::arg("kv_scales"),
+        py::arg("weights"), py::arg("cu_starts"), py::arg("cu_ends"), py::arg("clean_logits"),
+        py::arg("out"), py::arg("split_n"), py::call_guard<py::gil_scoped_release>(),
+        "Writes the logits into `out` (or a new [M, N] float32 tensor) and returns it.");
+  m.def("compiled_backends", &compiled_backends,
+        "The backends compiled into this module: a subset of ['cpu', 'sm90', 'gfx950'].");
+}
