@@ -1,0 +1,46 @@
+"""Compile the GPU sources for one target and check the generated ISA.
+
+    python -m aiter.jit.check_isa --arch sm_90a --asm-out sm90.sass
+    python -m aiter.jit.check_isa --arch gfx950 --asm-out gfx950.s
+
+The per-target checkers (aiter/jit/isa_sm90.py, aiter/jit/isa_gfx950.py) compile with the flags of
+build_config.py, write the assembly to --asm-out and return an exit status; this file only picks one.
+They are imported lazily so that one target's checker does not need the other's toolchain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+CHECKERS = {"sm_90a": "aiter.jit.isa_sm90", "gfx950": "aiter.jit.isa_gfx950"}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aiter.jit.check_isa", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", required=True, choices=sorted(CHECKERS), help="target to compile and check")
+    parser.add_argument("--asm-out", required=True, metavar="FILE", help="where to write the assembly")
+    args = parser.parse_args(argv)
+    module_name = CHECKERS[args.arch]
+    try:
+        checker = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        print(
+            f"check_isa: no ISA checker for {args.arch} yet: {module_name} "
+            f"({module_name.replace('.', '/')}.py) does not exist",
+            file=sys.stderr,
+        )
+        return 2
+    check = getattr(checker, "check", None)
+    if not callable(check):
+        print(f"check_isa: {module_name} has no check(asm_out) function", file=sys.stderr)
+        return 2
+    status = check(args.asm_out)
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

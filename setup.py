@@ -1,0 +1,94 @@
+"""Packaging of aiter. The normal install is pure Python: module_fp8_mqa_logits is compiled on first
+use by aiter/jit/core.py. Two extras live here:
+
+* csrc/ is copied into wheels as aiter/_csrc, where aiter/jit/build_config.csrc_dir() looks first,
+  so a non-editable install can still build on first use (and sdists carry csrc/ too).
+* AITER_BUILD_AOT=1 compiles the module now, for images that ship prebuilt. It uses the installed
+  torch, so run it without build isolation:
+      AITER_BUILD_AOT=1 AITER_JIT_TARGETS=cpu,sm90 python -m pip install --no-build-isolation .
+  Targets default to what this machine's GPUs need (AITER_JIT_TARGETS overrides, e.g. on a build
+  host without a GPU). The library and a fingerprint of its sources land in aiter/jit/; at run time
+  the JIT uses them when the sources and torch version match and the targets cover the device.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE / "csrc"
+SKIP = shutil.ignore_patterns("*.o", "*.so", "__pycache__")
+
+
+class BuildPyWithCsrc(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # an editable install uses the checkout's csrc/ directly
+        dst = Path(self.build_lib) / "aiter" / "_csrc"
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(CSRC, dst, ignore=SKIP)
+
+
+class SdistWithCsrc(sdist):
+    # setuptools collects the sdist's file list in egg_info, which never calls a subclass's
+    # add_defaults; add csrc/ (and CMakeLists.txt) to the release tree directly.
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        extra = [p for p in sorted(CSRC.rglob("*")) if p.is_file() and p.suffix not in (".o", ".so")]
+        extra.append(HERE / "CMakeLists.txt")
+        for p in extra:
+            if p.is_file():
+                dest = Path(base_dir) / p.relative_to(HERE)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, dest)
+
+
+def aot_build():
+    """(ext_modules, cmdclass) of the ahead-of-time build, or nothing when not asked for."""
+    if os.environ.get("AITER_BUILD_AOT", "").lower() not in ("1", "true", "yes", "on"):
+        return [], {}
+    sys.path.insert(0, os.fspath(HERE))
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+    from aiter.jit import core
+
+    targets = core.detect_targets()
+    spec = core.module_spec(targets)
+    gpu = len(targets) > 1
+    # Fingerprint the sources before compiling: if they change during the build, the runtime sees
+    # a mismatch and rebuilds, rather than trusting a library built from other sources.
+    fingerprint = core.aot_fingerprint(spec)
+    make = CUDAExtension if gpu else CppExtension
+    ext = make(
+        name=f"aiter.jit.{spec.name}",
+        sources=[os.path.relpath(s, HERE) for s in spec.sources],
+        include_dirs=list(spec.include_dirs),
+        extra_compile_args={"cxx": list(spec.extra_cflags), "nvcc": list(spec.extra_cuda_cflags)},
+        extra_link_args=list(spec.extra_ldflags),
+    )
+
+    class BuildAot(BuildExtension):
+        def run(self):
+            print(f"aiter: ahead-of-time build of {spec.name} for {spec.label}", file=sys.stderr)
+            super().run()
+            for e in self.extensions:
+                out_dir = Path(self.get_ext_fullpath(e.name)).parent
+                meta = {"targets": list(targets), "fingerprint": fingerprint}
+                (out_dir / core.AOT_META).write_text(json.dumps(meta, indent=1))
+
+    return [ext], {"build_ext": BuildAot}
+
+
+ext_modules, aot_cmdclass = aot_build()
+setup(
+    cmdclass={"build_py": BuildPyWithCsrc, "sdist": SdistWithCsrc, **aot_cmdclass},
+    ext_modules=ext_modules,
+)
