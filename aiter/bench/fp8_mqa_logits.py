@@ -1,0 +1,209 @@
+"""Benchmark of fp8_mqa_logits on the present device: ``python -m aiter.bench.fp8_mqa_logits``.
+
+One table: shape (M x N), window mode, H, clean_logits, µs, TFLOP/s = 2*H*D*in_window_pairs / t,
+% of the measured peak, floor µs = max(FLOPs / peak, output bytes / copy bandwidth), and the
+baseline's µs over ours (> 1: ours is faster). Output bytes are M*N*4 with clean_logits (every
+element is written), in-window pairs * 4 without.
+
+GPU: the contract's shapes (shared/design/operator.md), H = 32 and 64, D = 128, cold L2, median of
+>= 10 CUDA-event timings; the baseline is DeepGEMM on the H200 (aiter/bench/baselines.py), absent on
+other GPUs. CPU: small shapes; the peak is torch's best float32 matmul rate and the baseline is the
+same computation in plain torch float32 (einsum + relu + weighted sum), so the ratio says how much
+the C++ CPU path beats naive torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from aiter.bench import baselines, machine
+from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
+from aiter.testing.mqa_logits import in_window_pairs, make_inputs, make_windows, window_mask
+
+D = 128
+# (mode, M, N) in the contract's order: causal, multi_req (4 requests), small (causal windows).
+GPU_SHAPES = (
+    ("causal", 8192, 8192),
+    ("causal", 4096, 32768),
+    ("causal", 2048, 65536),
+    ("causal", 1024, 131072),
+    ("causal", 16384, 32000),
+    ("multi_req", 4096, 32768),
+    ("multi_req", 2048, 65536),
+    ("multi_req", 1024, 131072),
+    ("multi_req", 8192, 8192),
+    ("causal", 128, 4096),
+    ("causal", 64, 8192),
+    ("causal", 1024, 1024),
+)
+GPU_QUICK = (("causal", 4096, 32768), ("multi_req", 4096, 32768), ("causal", 128, 4096))
+CPU_SHAPES = (("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024), ("causal", 1024, 8192))
+CPU_QUICK = (("causal", 128, 4096), ("causal", 1024, 1024))
+# Heads per CPU shape: the long 1024 x 8192 row runs at H = 32 only, to keep the CPU run short.
+CPU_HEADS_LIMIT = {("causal", 1024, 8192): (32,)}
+
+
+def torch_fp32_logits(q, kv, kv_scales, weights, ks, ke, clean, max_chunk_bytes=256 << 20):
+    """The op in plain torch float32: dense scores, relu, weighted head sum, then the window mask.
+    Rows go in chunks so the [rows, H, N] intermediate stays under ``max_chunk_bytes``."""
+    M, H, _ = q.shape
+    N = kv.shape[0]
+    k = kv.float()
+    s = kv_scales.reshape(-1)
+    out = torch.empty(M, N, dtype=torch.float32, device=q.device)
+    rows = max(1, max_chunk_bytes // max(1, H * N * 4))
+    for m0 in range(0, M, rows):
+        m1 = min(M, m0 + rows)
+        scores = torch.einsum("mhd,nd->mhn", q[m0:m1].float(), k)
+        out[m0:m1] = torch.einsum("mhn,mh->mn", torch.relu(scores * s), weights[m0:m1])
+    if clean:
+        out.masked_fill_(~window_mask(ks, ke, N), float("-inf"))
+    return out
+
+
+def _parse_shapes(text: str, default):
+    """'MxN' (any mode with that shape) or 'mode:MxN', comma separated."""
+    wanted = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        mode, _, dims = item.rpartition(":")
+        try:
+            M, N = (int(x) for x in dims.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--shapes: cannot read {item!r}; use MxN or mode:MxN (e.g. causal:8192x8192)")
+        matches = [s for s in default if (s[1], s[2]) == (M, N) and (not mode or s[0] == mode)]
+        wanted += matches or [(mode or "causal", M, N)]
+    return tuple(dict.fromkeys(wanted))
+
+
+def _fmt(x, digits=1):
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 1:
+        return f"{x:.{digits}f}"
+    return f"{x:.3g}"
+
+
+def run(args) -> dict:
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    on_gpu = device.type == "cuda"
+    torch.manual_seed(0)
+    if on_gpu:
+        timer = machine.GpuTimer(device, iters=args.iters or 20)
+        peak = machine.gpu_fp8_peak_tflops(device, timer) * 1e12
+        bw = machine.gpu_copy_gbps(device, timer) * 1e9
+        peak_how = "FP8 peak (torch._scaled_mm 8192^3, e4m3, bf16 out)"
+        shapes_all, quick = GPU_SHAPES, GPU_QUICK
+        name = machine.device_name(device)
+        use_deepgemm = "H200" in name
+        baseline_name = baselines.DEEPGEMM_SOURCE if use_deepgemm else "none on this GPU"
+        timing = f"CUDA events, cold L2, median of {timer.iters}"
+    else:
+        timer = machine.CpuTimer(iters=args.iters or 10)
+        peak = machine.cpu_fp32_peak_gflops() * 1e9
+        bw = machine.cpu_copy_gbps() * 1e9
+        peak_how = "peak = best torch fp32 matmul"
+        shapes_all, quick = CPU_SHAPES, CPU_QUICK
+        name = machine.device_name(device)
+        use_deepgemm = False
+        baseline_name = "plain torch float32 (einsum + relu + weighted sum), same inputs"
+        timing = "perf_counter, median of 3-10"
+    shapes = _parse_shapes(args.shapes, shapes_all) if args.shapes else (quick if args.quick else shapes_all)
+    heads = tuple(int(h) for h in args.heads.split(",")) if args.heads else (32, 64)
+    cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
+    header = (
+        f"device: {name} | {peak_how}: {peak / 1e12:.3g} TFLOP/s | copy bandwidth {bw / 1e9:.0f} GB/s"
+        f" (read + write) | timing: {timing} | baseline: {baseline_name} | D = {D}"
+    )
+    print(header, file=sys.stderr, flush=True)  # progress goes to stderr; stdout gets one table
+    rows = []
+    for mode, M, N in shapes:
+        for H in heads:
+            if not on_gpu and H not in CPU_HEADS_LIMIT.get((mode, M, N), (H,)) and not args.shapes:
+                continue
+            if not is_supported(H, D, device):
+                print(f"skip {M}x{N} H={H}: no native kernel for H={H}, D={D} on {device}", file=sys.stderr)
+                continue
+            q, kv, s, w = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
+            ks, ke = make_windows(mode, M, N, device)
+            pairs = in_window_pairs(ks, ke, N)
+            flops = 2.0 * H * D * pairs
+            for clean in cleans:
+                us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean))
+                out_bytes = 4.0 * (M * N if clean else pairs)
+                floor_us = max(flops / peak, out_bytes / bw) * 1e6
+                if use_deepgemm:
+                    base_us = baselines.deepgemm_h200_us(mode, M, N, H, clean)
+                elif not on_gpu:
+                    base_us = timer(lambda: torch_fp32_logits(q, kv, s, w, ks, ke, clean))
+                    _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean), torch_fp32_logits(q, kv, s, w, ks, ke, clean), ks, ke, N)
+                else:
+                    base_us = None
+                row = {
+                    "shape": f"{M}x{N}", "M": M, "N": N, "mode": mode, "H": H, "D": D, "clean": clean,
+                    "us": us, "tflops": flops / (us * 1e-6) / 1e12, "pct_peak": 100.0 * flops / (us * 1e-6) / peak,
+                    "floor_us": floor_us, "baseline_us": base_us,
+                    "ratio": (base_us / us) if base_us else None, "in_window_pairs": pairs,
+                }
+                rows.append(row)
+                print(_md_row(row), file=sys.stderr, flush=True)
+    return {"header": header, "device": name, "peak_flops": peak, "copy_bytes_per_s": bw,
+            "baseline": baseline_name, "rows": rows}
+
+
+def _check_against(ours, ref, ks, ke, N):
+    inside = window_mask(ks, ke, N)
+    if not inside.any():
+        return
+    err = ((ours - ref)[inside].double().norm() / ref[inside].double().norm().clamp_min(1e-30)).item()
+    if err > 1e-4:
+        print(f"warning: op and torch baseline differ (relative L2 {err:.2e})", file=sys.stderr)
+
+
+COLUMNS = ("shape", "mode", "H", "clean", "µs", "TFLOP/s", "% peak", "floor µs", "baseline µs", "baseline / ours")
+
+
+def _md_row(r) -> str:
+    cells = (r["shape"], r["mode"], str(r["H"]), "yes" if r["clean"] else "no", _fmt(r["us"]),
+             _fmt(r["tflops"], 2), _fmt(r["pct_peak"]), _fmt(r["floor_us"]), _fmt(r["baseline_us"]),
+             _fmt(r["ratio"], 2))
+    return "| " + " | ".join(cells) + " |"
+
+
+def to_markdown(result: dict) -> str:
+    lines = [result["header"], "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += [_md_row(r) for r in result["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m aiter.bench.fp8_mqa_logits", description=__doc__.split("\n\n")[0])
+    p.add_argument("--heads", help="comma-separated head counts (default 32,64)")
+    p.add_argument("--shapes", help="comma-separated MxN or mode:MxN (default: the device's list)")
+    p.add_argument("--quick", action="store_true", help="a few shapes only")
+    p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")
+    p.add_argument("--iters", type=int, help="timed calls per row (GPU: at least 10)")
+    p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
+    p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    result = run(args)
+    table = to_markdown(result)
+    print(table, end="")
+    print(f"({len(result['rows'])} rows in {time.time() - t0:.0f} s)")
+    if args.out:
+        with open(args.out + ".json", "w") as f:
+            json.dump(result, f, indent=1)
+        with open(args.out + ".md", "w") as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""What the benchmark measures about the machine: a timer, the compute peak and the copy bandwidth.
+
+GPU: CUDA events around the timed call alone, a cold L2 (a buffer of 4x the L2 is written before
+each timed call, outside the events), warm-up first, median. Peak = torch._scaled_mm at 8192^3 with
+e4m3 inputs, unit scales and bf16 output; bandwidth = a 1 GiB device-to-device copy, bytes read +
+written. CPU: perf_counter, median; peak = the best float32 matmul rate torch reaches on this CPU;
+bandwidth = a 256 MiB tensor copy, bytes read + written.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
+        return f"{props.name} ({arch})"
+    model = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"CPU {model}, {torch.get_num_threads()} threads"
+
+
+class GpuTimer:
+    """Median over ``iters`` timed calls, each after a write of 4x the L2 (cold L2)."""
+
+    def __init__(self, device: torch.device, iters: int = 20, warmup: int = 3):
+        self.device = device
+        self.iters = max(10, iters)
+        self.warmup = warmup
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
+        self.flush = torch.empty(4 * l2 // 4, dtype=torch.float32, device=device)
+
+    def __call__(self, fn) -> float:
+        """Median µs of fn()."""
+        for _ in range(self.warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for s, e in zip(starts, ends):
+            self.flush.fill_(1.0)
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize(self.device)
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+class CpuTimer:
+    """Median µs over 3..``iters`` calls, stopping early once ``budget_s`` is spent."""
+
+    def __init__(self, iters: int = 10, budget_s: float = 3.0):
+        self.iters = iters
+        self.budget_s = budget_s
+
+    def __call__(self, fn) -> float:
+        fn()  # warm-up (first-touch of outputs, thread pool start)
+        times = []
+        t_end = time.perf_counter() + self.budget_s
+        while len(times) < self.iters and (len(times) < 3 or time.perf_counter() < t_end):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e6
+
+
+def gpu_fp8_peak_tflops(device: torch.device, timer: GpuTimer, n: int = 8192) -> float:
+    fp8 = torch.float8_e4m3fn
+    a = torch.randn(n, n, device=device).to(fp8)
+    b = torch.randn(n, n, device=device).to(fp8).t()  # column-major, as _scaled_mm wants
+    one = torch.ones((), device=device, dtype=torch.float32)
+    us = timer(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    return 2.0 * n**3 / (us * 1e-6) / 1e12
+
+
+def gpu_copy_gbps(device: torch.device, timer: GpuTimer, nbytes: int = 1 << 30) -> float:
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    us = timer(lambda: dst.copy_(src))
+    return 2.0 * nbytes / (us * 1e-6) / 1e9
+
+
+def cpu_fp32_peak_gflops(sizes=(512, 1024, 2048)) -> float:
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        us = CpuTimer(iters=5, budget_s=1.0)(lambda: torch.mm(a, b))
+        best = max(best, 2.0 * n**3 / (us * 1e-6) / 1e9)
+    return best
+
+
+def cpu_copy_gbps(nbytes: int = 256 << 20) -> float:
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    us = CpuTimer(iters=5, budget_s=1.0)(lambda: dst.copy_(src))
+    return 2.0 * nbytes / (us * 1e-6) / 1e9
+
+
+def cpu_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
