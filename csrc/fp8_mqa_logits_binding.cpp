@@ -202,7 +202,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   const at::Device device = q.device();
   TORCH_CHECK_NOT_IMPLEMENTED(device.is_cpu() || device.is_cuda(), AITER_OP, "q is on ", device,
                               ", which has no kernel here (cpu or cuda tensors only; the meta/fake "
-                              "kernel is torch.ops.aiter.fp8_mqa_logits')");
+                              "kernel of torch.ops.aiter.fp8_mqa_logits handles meta tensors)");
   check_same_device(kv, "kv", device);
   check_same_device(kv_scales, "kv_scales", device);
   check_same_device(weights, "weights", device);

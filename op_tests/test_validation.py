@@ -1,0 +1,233 @@
+"""Bad input to fp8_mqa_logits: each case is a clear error of the right type whose message names the
+offending argument, through the public API; never a crash, a hang or a garbage result.
+
+Types (csrc/fp8_mqa_logits_binding.cpp): TypeError for a dtype, ValueError for a rank, shape,
+stride, size or alignment, RuntimeError for mixed devices, NotImplementedError for a shape or
+device no compiled kernel serves. Also: M == 0 or N == 0 returns the empty result.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
+from aiter.testing.mqa_logits import make_inputs, make_windows, reference_logits
+
+FP8 = torch.float8_e4m3fn
+M, N, H, D = 5, 40, 4, 16  # the CPU path takes any H and D; small keeps each case instant
+
+
+def good_args(device="cpu", m=M, n=N, h=H, d=D):
+    q, kv, scales, weights = make_inputs(m, n, h, d, device, seed=0)
+    ks, ke = make_windows("causal", m, n, device)
+    return {"q": q, "kv": kv, "kv_scales": scales, "weights": weights, "cu_starts": ks, "cu_ends": ke}
+
+
+def call(args, **kwargs):
+    return fp8_mqa_logits(args["q"], args["kv"], args["kv_scales"], args["weights"], args["cu_starts"],
+                          args["cu_ends"], **kwargs)
+
+
+def strided(t, step=2):
+    """A non-contiguous tensor with t's shape and values (every `step`-th element of a wider buffer)."""
+    wide = torch.zeros(*t.shape[:-1], t.shape[-1] * step, dtype=t.dtype, device=t.device)
+    if t.dtype == FP8:
+        wide.view(torch.uint8)[..., ::step] = t.view(torch.uint8)
+    else:
+        wide[..., ::step] = t
+    return wide[..., ::step]
+
+
+def one_byte(t, dtype):
+    return t.view(torch.uint8).view(dtype)
+
+
+# (id, how to break the good arguments, extra kwargs, expected exception type, regex on the message)
+BAD_INPUTS = [
+    # q / kv: one-byte dtypes other than e4m3fn are rejected by dtype, not accepted by size
+    ("q-uint8", lambda a: a.update(q=one_byte(a["q"], torch.uint8)), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn, got Byte"),
+    ("q-int8", lambda a: a.update(q=one_byte(a["q"], torch.int8)), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn, got Char"),
+    ("q-e5m2", lambda a: a.update(q=one_byte(a["q"], torch.float8_e5m2)), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn, got Float8_e5m2"),
+    ("q-e4m3fnuz", lambda a: a.update(q=one_byte(a["q"], torch.float8_e4m3fnuz)), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn, got Float8_e4m3fnuz"),
+    ("q-bool", lambda a: a.update(q=one_byte(a["q"], torch.bool)), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn"),
+    ("q-float32", lambda a: a.update(q=a["q"].float()), {}, TypeError, r"\bq must have dtype torch\.float8_e4m3fn, got Float"),
+    ("kv-uint8", lambda a: a.update(kv=one_byte(a["kv"], torch.uint8)), {}, TypeError, r"\bkv must have dtype torch\.float8_e4m3fn, got Byte"),
+    ("kv-int8", lambda a: a.update(kv=one_byte(a["kv"], torch.int8)), {}, TypeError, r"\bkv must have dtype torch\.float8_e4m3fn, got Char"),
+    ("kv-e5m2", lambda a: a.update(kv=one_byte(a["kv"], torch.float8_e5m2)), {}, TypeError, r"\bkv must have dtype torch\.float8_e4m3fn, got Float8_e5m2"),
+    ("kv-e4m3fnuz", lambda a: a.update(kv=one_byte(a["kv"], torch.float8_e4m3fnuz)), {}, TypeError, r"\bkv must have dtype torch\.float8_e4m3fn, got Float8_e4m3fnuz"),
+    ("kv-bfloat16", lambda a: a.update(kv=a["kv"].bfloat16()), {}, TypeError, r"\bkv must have dtype torch\.float8_e4m3fn"),
+    # scales, weights, bounds, out: wrong dtypes
+    ("kv_scales-float64", lambda a: a.update(kv_scales=a["kv_scales"].double()), {}, TypeError, r"\bkv_scales must have dtype torch\.float32, got Double"),
+    ("kv_scales-bfloat16", lambda a: a.update(kv_scales=a["kv_scales"].bfloat16()), {}, TypeError, r"\bkv_scales must have dtype torch\.float32"),
+    ("weights-float16", lambda a: a.update(weights=a["weights"].half()), {}, TypeError, r"\bweights must have dtype torch\.float32, got Half"),
+    ("weights-float64", lambda a: a.update(weights=a["weights"].double()), {}, TypeError, r"\bweights must have dtype torch\.float32, got Double"),
+    ("cu_starts-int64", lambda a: a.update(cu_starts=a["cu_starts"].long()), {}, TypeError, r"\bcu_starts must have dtype torch\.int32, got Long \(int64 bounds are not accepted"),
+    ("cu_ends-int64", lambda a: a.update(cu_ends=a["cu_ends"].long()), {}, TypeError, r"\bcu_ends must have dtype torch\.int32, got Long \(int64 bounds are not accepted"),
+    ("cu_starts-float32", lambda a: a.update(cu_starts=a["cu_starts"].float()), {}, TypeError, r"\bcu_starts must have dtype torch\.int32, got Float"),
+    ("cu_ends-int16", lambda a: a.update(cu_ends=a["cu_ends"].short()), {}, TypeError, r"\bcu_ends must have dtype torch\.int32, got Short"),
+    ("out-float16", lambda a: None, {"out": torch.empty(M, N, dtype=torch.float16)}, TypeError, r"\bout must have dtype torch\.float32, got Half"),
+    ("out-float64", lambda a: None, {"out": torch.empty(M, N, dtype=torch.float64)}, TypeError, r"\bout must have dtype torch\.float32, got Double"),
+    # ranks and shapes
+    ("q-rank2", lambda a: a.update(q=a["q"][:, 0]), {}, ValueError, r"\bq must be 3-D \[M, H, D\]"),
+    ("q-rank4", lambda a: a.update(q=a["q"][None]), {}, ValueError, r"\bq must be 3-D \[M, H, D\]"),
+    ("kv-rank3", lambda a: a.update(kv=a["kv"][None]), {}, ValueError, r"\bkv must be 2-D \[N, D\]"),
+    ("kv-rank1", lambda a: a.update(kv=a["kv"].flatten()), {}, ValueError, r"\bkv must be 2-D \[N, D\]"),
+    ("kv-head-dim-mismatch", lambda a: a.update(kv=make_inputs(M, N, H, D + 16)[1]), {}, ValueError, r"\bkv\.size\(1\) must be q's head dim D = 16"),
+    ("kv_scales-too-short", lambda a: a.update(kv_scales=a["kv_scales"][:-1]), {}, ValueError, r"\bkv_scales\.size\(0\) must be kv's N = 40"),
+    ("kv_scales-N-by-2", lambda a: a.update(kv_scales=a["kv_scales"][:, None].repeat(1, 2)), {}, ValueError, r"\bkv_scales must be \[N\] or \[N, 1\]"),
+    ("kv_scales-1-by-N", lambda a: a.update(kv_scales=a["kv_scales"][None, :]), {}, ValueError, r"\bkv_scales must be \[N\] or \[N, 1\]"),
+    ("weights-heads-mismatch", lambda a: a.update(weights=a["weights"][:, :-1].contiguous()), {}, ValueError, r"\bweights\.size\(1\) must be q's H = 4"),
+    ("weights-rows-mismatch", lambda a: a.update(weights=a["weights"][:-1]), {}, ValueError, r"\bweights\.size\(0\) must be q's M = 5"),
+    ("weights-rank1", lambda a: a.update(weights=a["weights"].flatten()), {}, ValueError, r"\bweights must be 2-D \[M, H\]"),
+    ("weights-rank3", lambda a: a.update(weights=a["weights"][None]), {}, ValueError, r"\bweights must be 2-D \[M, H\]"),
+    ("cu_starts-too-short", lambda a: a.update(cu_starts=a["cu_starts"][:-1]), {}, ValueError, r"\bcu_starts\.size\(0\) must be q's M = 5"),
+    ("cu_ends-too-long", lambda a: a.update(cu_ends=torch.cat([a["cu_ends"], a["cu_ends"]])), {}, ValueError, r"\bcu_ends\.size\(0\) must be q's M = 5"),
+    ("cu_ends-rank2", lambda a: a.update(cu_ends=a["cu_ends"][:, None]), {}, ValueError, r"\bcu_ends must be 1-D \[M\]"),
+    ("cu_starts-rank0", lambda a: a.update(cu_starts=a["cu_starts"][0]), {}, ValueError, r"\bcu_starts must be 1-D \[M\]"),
+    ("out-wrong-N", lambda a: None, {"out": torch.empty(M, N + 1)}, ValueError, r"\bout\.size\(1\) must be kv's N = 40"),
+    ("out-wrong-M", lambda a: None, {"out": torch.empty(M + 1, N)}, ValueError, r"\bout\.size\(0\) must be q's M = 5"),
+    ("out-rank1", lambda a: None, {"out": torch.empty(M * N)}, ValueError, r"\bout must be 2-D \[M, N\]"),
+    ("q-zero-heads", lambda a: a.update(q=a["q"][:, :0], weights=a["weights"][:, :0]), {}, ValueError, r"\bq must have H >= 1 heads and head dim D >= 1"),
+    ("q-zero-head-dim", lambda a: a.update(q=a["q"][..., :0], kv=a["kv"][:, :0]), {}, ValueError, r"\bq must have H >= 1 heads and head dim D >= 1"),
+    # strides
+    ("q-non-contiguous", lambda a: a.update(q=strided(a["q"])), {}, ValueError, r"\bq must be contiguous"),
+    ("kv-non-contiguous", lambda a: a.update(kv=strided(a["kv"])), {}, ValueError, r"\bkv must be contiguous"),
+    ("kv-transposed", lambda a: a.update(kv=a["kv"].t().contiguous().t()), {}, ValueError, r"\bkv must be contiguous"),
+    ("kv_scales-non-contiguous", lambda a: a.update(kv_scales=strided(a["kv_scales"])), {}, ValueError, r"\bkv_scales must be contiguous"),
+    ("cu_starts-non-contiguous", lambda a: a.update(cu_starts=strided(a["cu_starts"])), {}, ValueError, r"\bcu_starts must be contiguous"),
+    ("cu_ends-non-contiguous", lambda a: a.update(cu_ends=strided(a["cu_ends"], 3)), {}, ValueError, r"\bcu_ends must be contiguous"),
+    ("weights-column-major", lambda a: a.update(weights=a["weights"].t().contiguous().t()), {}, ValueError, r"\bweights must have a contiguous last dim \(stride\(1\) == 1\)"),
+    ("weights-every-other-head", lambda a: a.update(weights=strided(a["weights"])), {}, ValueError, r"\bweights must have a contiguous last dim"),
+    ("weights-overlapping-rows", lambda a: a.update(weights=torch.randn(M * H).as_strided((M, H), (H - 1, 1))), {}, ValueError, r"\bweights row stride \(stride\(0\) = 3\) must be >= H = 4"),
+    ("out-transposed", lambda a: None, {"out": torch.empty(N, M).t()}, ValueError, r"\bout must have a contiguous last dim \(stride\(1\) == 1\)"),
+    ("out-every-other-column", lambda a: None, {"out": torch.empty(M, 2 * N)[:, ::2]}, ValueError, r"\bout must have a contiguous last dim"),
+    ("out-overlapping-rows", lambda a: None, {"out": torch.empty(M * N).as_strided((M, N), (N - 1, 1))}, ValueError, r"\bout row stride \(stride\(0\) = 39\) must be >= N = 40"),
+    ("out-broadcast-row", lambda a: None, {"out": torch.empty(N).expand(M, N)}, ValueError, r"\bout row stride \(stride\(0\) = 0\) must be >= N = 40"),
+    # devices a CPU-only machine can check: "meta" tensors mixed with CPU ones
+    ("kv-on-meta", lambda a: a.update(kv=a["kv"].to("meta")), {}, RuntimeError, r"\bkv is on meta but q is on cpu"),
+    ("weights-on-meta", lambda a: a.update(weights=a["weights"].to("meta")), {}, RuntimeError, r"\bweights is on meta but q is on cpu"),
+    ("out-on-meta", lambda a: None, {"out": torch.empty(M, N, device="meta")}, RuntimeError, r"\bout is on meta but q is on cpu"),
+]
+
+
+@pytest.mark.parametrize("breaker,kwargs,error,pattern", [pytest.param(*c[1:], id=c[0]) for c in BAD_INPUTS])
+def test_bad_input_is_a_clear_error(breaker, kwargs, error, pattern):
+    args = good_args()
+    breaker(args)
+    sentinel = {k: v.clone() for k, v in kwargs.items() if v.device.type != "meta"}
+    with pytest.raises(error, match=pattern):
+        call(args, **kwargs)
+    for k, v in sentinel.items():  # a rejected `out` is not written
+        assert torch.equal(kwargs[k].contiguous().view(torch.uint8), v.contiguous().view(torch.uint8))
+
+
+def test_bad_input_list_is_long_and_distinct():
+    ids = [c[0] for c in BAD_INPUTS]
+    assert len(ids) == len(set(ids)) and len(ids) >= 25
+
+
+def test_none_instead_of_a_tensor_is_a_type_error():
+    args = good_args()
+    args["q"] = None
+    with pytest.raises(TypeError):
+        call(args)
+
+
+def test_good_arguments_after_bad_ones_still_work():
+    """The module keeps working after a rejected call (no state left half-updated)."""
+    args = good_args()
+    bad = dict(args, cu_starts=args["cu_starts"].long())
+    with pytest.raises(TypeError):
+        call(bad)
+    out = call(args)
+    ref = reference_logits(*args.values())
+    inside = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(out), ~inside)
+    assert ((out.double() - ref)[inside].norm() / ref[inside].norm()).item() < 1e-6
+
+
+# ---- M == 0 or N == 0 ------------------------------------------------------------------------------
+
+
+def _gpu_ok(device):
+    if device != "cpu" and not is_supported(32, 128, device):
+        pytest.skip(f"no {device} kernel serves H=32, D=128 here")
+
+
+@pytest.mark.parametrize("m,n", [(0, 40), (5, 0), (0, 0)], ids=["M0", "N0", "M0N0"])
+def test_empty_sizes_return_the_empty_result(device, m, n):
+    _gpu_ok(device)
+    args = good_args(device, m, n, 32, 128)
+    result = call(args)
+    assert result.shape == (m, n) and result.dtype == torch.float32 and result.device.type == device
+    out = torch.empty(m, n, device=device)
+    returned = call(args, out=out, clean_logits=False)
+    assert returned.data_ptr() == out.data_ptr() and returned.shape == (m, n)
+
+
+def test_empty_rows_with_padded_out_leave_the_buffer_untouched(device):
+    """N == 0 with an `out` view into a wider buffer: nothing is written anywhere."""
+    _gpu_ok(device)
+    args = good_args(device, 4, 0, 32, 128)
+    buf = torch.full((4, 8), 7.0, device=device)
+    call(args, out=buf[:, :0])
+    assert torch.equal(buf, torch.full_like(buf, 7.0))
+
+
+# ---- GPU-only checks ---------------------------------------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["kv", "kv_scales", "weights", "cu_starts", "cu_ends"])
+def test_gpu_mixed_devices(name):
+    args = good_args("cuda", 8, 64, 32, 128)
+    args[name] = args[name].cpu()
+    with pytest.raises(RuntimeError, match=rf"\b{name} is on cpu but q is on cuda"):
+        call(args)
+
+
+@needs_gpu
+def test_gpu_out_on_cpu():
+    args = good_args("cuda", 8, 64, 32, 128)
+    with pytest.raises(RuntimeError, match=r"\bout is on cpu but q is on cuda"):
+        call(args, out=torch.empty(8, 64))
+
+
+@needs_gpu
+@pytest.mark.parametrize("h,d", [(16, 128), (48, 128), (32, 64), (64, 256)], ids=lambda v: str(v))
+def test_gpu_unsupported_heads_or_head_dim(h, d):
+    assert not is_supported(h, d, "cuda")
+    args = good_args("cuda", 8, 64, h, d)
+    with pytest.raises(NotImplementedError, match=r"serves H in \{32, 64\} and D == 128|no kernel for"):
+        call(args)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["q", "kv"])
+def test_gpu_misaligned_fp8_pointer(name):
+    """A contiguous view 1 byte into its storage: the GPU kernels need 16-byte aligned rows."""
+    args = good_args("cuda", 8, 64, 32, 128)
+    if not is_supported(32, 128, "cuda"):
+        pytest.skip("no GPU kernel for H=32, D=128 on this GPU")
+    t = args[name]
+    raw = torch.empty(t.numel() + 16, dtype=torch.uint8, device="cuda")
+    view = raw[1 : 1 + t.numel()].view(t.shape).view(FP8)
+    view.view(torch.uint8).copy_(t.view(torch.uint8))
+    args[name] = view
+    with pytest.raises(ValueError, match=rf"\b{name}'s data pointer must be 16-byte aligned"):
+        call(args)
+
+
+def test_gpu_tensor_without_gpu_backend_is_a_clear_error():
+    """On a build without a GPU backend a CUDA tensor is rejected with a rebuild hint."""
+    from aiter.jit.core import get_module
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if set(get_module().compiled_backends()) & {"sm90", "gfx950"}:
+        pytest.skip("this build has a GPU backend")
+    with pytest.raises(NotImplementedError, match=r"built without a GPU backend.*rebuild"):
+        call(good_args("cuda", 8, 64, 32, 128))
