@@ -1,0 +1,586 @@
+// fp8_mqa_logits for NVIDIA Hopper (sm_90a): TMA + wgmma, warp-specialised, persistent.
+//
+//   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]    for n in [s_m, e_m)
+//                  -inf elsewhere when clean_logits
+//   (kv_scale > 0 is a precondition, so it is applied after the head sum.)
+//
+// Tensors (see fp8_mqa_logits_params.h):
+//   Q  [M, H, 128] e4m3, read through a 2-D tensor map [M*H rows, 128 bytes], box 256 rows
+//   K  [N, 128]    e4m3, read through a 2-D tensor map [N rows, 128 bytes],   box 64 rows
+//   kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks/ke [M] i32
+//   out [M, N] f32, row stride out_stride
+//
+// Work decomposition
+//   Q block  = kRowsPerBlock = 256 / H query rows; its Q tile is 256 (row, head) columns x 128 d.
+//   K tile   = 64 keys. A Q block only visits the K tiles of its union window [lo, hi).
+//   Each CTA is persistent. All CTAs derive the same plan from ks/ke on the device (no host sync):
+//   the concatenated list of (Q block, K tile) units is cut into gridDim.x equal ranges, so causal
+//   and multi-request chunks balance by real window work. With clean_logits, the column tiles
+//   outside each block's union window form a second list, cut the same way, that the spare producer
+//   warps fill with -inf while the math warpgroups compute.
+//
+// Roles (384 threads)
+//   warpgroup 0, warp 0   : producer. Publishes each Q block (Q tile by TMA, weights and row
+//                           windows into a slot), then streams its K tiles into an 8-stage ring.
+//   warpgroup 0, warps 1-3: -inf fill of the out-of-window column tiles (clean_logits only).
+//   warpgroups 1, 2       : math. Warpgroup g owns Q-tile columns [128 g, 128 g + 128): both consume
+//                           every K tile. wgmma m64n128k32 (A = 64 keys, B = 128 columns) into one
+//                           of two accumulators, so the MMA of tile t+1 runs while the epilogue of
+//                           tile t (relu, x w, head sum, x kv_scale, store) runs on the CUDA cores.
+//
+// Accumulator fragment of m64n128 (per thread, 64 floats): warp wi, lane l, quad lane q = l % 4:
+//   d[4j + 2i + c] = S[key = 16 wi + l/4 + 8 i][col = 8 j + 2 q + c],  j < 16, i, c in {0, 1}
+//   col -> (row r = j / (H/8), head = 8 (j % (H/8)) + 2 q + c) within the warpgroup's rows.
+#pragma once
+#include <cuda.h>
+#include <cstdint>
+
+#include "fp8_mqa_logits_params.h"
+#include "fp8_mqa_logits_tunables.h"
+#include "sm90_primitives.cuh"
+
+namespace aiter {
+namespace sm90 {
+
+constexpr int kKTileBytes = kKeysPerTile * kHeadDim;  // 8 KiB
+constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 32 KiB
+constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
+constexpr int kFillThreads = 96;
+constexpr int kMaxRowsPerBlock = kQTileCols / 32;
+
+template <int H>
+struct Shape {
+  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 8 (H=32) or 4 (H=64)
+  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 or 2
+  static constexpr int kHeadGroups = H / 8;  // 8-column groups of the fragment per row
+  static_assert(kColsPerMathWarpgroup == 128, "the math warpgroups use wgmma m64n128");
+  static_assert(kRowsPerWarpgroup % 2 == 0, "the quad reduce-scatter halves the rows twice");
+};
+
+struct SharedStorage {
+  alignas(1024) uint8_t q[kQSlots][kQTileBytes];
+  alignas(1024) uint8_t k[kKStages][kKTileBytes];
+  float w[kQSlots][kQTileCols];            // weights of the slot's 256 (row, head) columns
+  int2 window[kQSlots][kMaxRowsPerBlock];  // clamped [s, e) of each row of the slot's block
+  int slot_block[kQSlots];                 // Q block index, -1 = no more work
+  int slot_tile_begin[kQSlots];
+  int slot_tile_end[kQSlots];
+  uint64_t q_full[kQSlots];
+  uint64_t q_empty[kQSlots];
+  uint64_t k_full[kKStages];
+  uint64_t k_empty[kKStages];
+  long long plan_units[kThreads][2];  // per-thread unit counts of the plan scan (compute, fill)
+  long long plan_start[2][2];         // (block, offset) where this CTA's compute / fill range starts
+  long long plan_count[2];            // units in this CTA's compute / fill range
+};
+
+struct KernelArgs {
+  const float* kv_scales;
+  const float* weights;
+  const int32_t* ks;
+  const int32_t* ke;
+  float* out;
+  int64_t M;
+  int64_t N;
+  int64_t weights_stride;
+  int64_t out_stride;
+  int n_keys;  // N as a 32-bit count (the launcher rejects N >= 2^31 - 64)
+  int clean_logits;
+};
+
+__device__ __forceinline__ int64_t imin64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+__device__ __forceinline__ int clamp_bound(int32_t x, int64_t n) {
+  return static_cast<int>(x < 0 ? 0 : (x > n ? n : x));
+}
+
+// Union window of Q block `b` in K tiles: [tile_lo, tile_hi); empty when no row has a window.
+template <int H>
+__device__ __forceinline__ int2 block_tiles(const KernelArgs& a, int64_t b) {
+  int lo = 0x7fffffff, hi = 0;
+#pragma unroll
+  for (int r = 0; r < Shape<H>::kRowsPerBlock; ++r) {
+    const int64_t m = b * Shape<H>::kRowsPerBlock + r;
+    if (m < a.M) {
+      const int s = clamp_bound(__ldg(a.ks + m), a.N), e = clamp_bound(__ldg(a.ke + m), a.N);
+      if (s < e) {
+        lo = min(lo, s);
+        hi = max(hi, e);
+      }
+    }
+  }
+  if (hi == 0) return make_int2(0, 0);
+  return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+}
+
+__device__ __forceinline__ int64_t key_tiles(int64_t n) { return (n + kKeysPerTile - 1) / kKeysPerTile; }
+
+// Compute units of a block = its union-window tiles; fill units = every other column tile (clean).
+template <int H>
+__device__ __forceinline__ void block_units(const KernelArgs& a, int64_t b, long long& compute, long long& fill) {
+  const int2 t = block_tiles<H>(a, b);
+  compute = t.y - t.x;
+  fill = a.clean_logits ? key_tiles(a.N) - compute : 0;
+}
+
+// Every CTA scans all blocks (each thread a contiguous segment), then the thread whose segment holds
+// this CTA's first unit finds the exact (block, offset). O(M) reads per CTA, no workspace, no launch.
+template <int H>
+__device__ void plan_ranges(const KernelArgs& a, SharedStorage& sh) {
+  const int64_t blocks = (a.M + Shape<H>::kRowsPerBlock - 1) / Shape<H>::kRowsPerBlock;
+  const int64_t per_thread = (blocks + kThreads - 1) / kThreads;
+  const int tid = threadIdx.x;
+  const int64_t b0 = imin64(blocks, tid * per_thread), b1 = imin64(blocks, b0 + per_thread);
+  long long mine[2] = {0, 0};
+  for (int64_t b = b0; b < b1; ++b) {
+    long long c, f;
+    block_units<H>(a, b, c, f);
+    mine[0] += c;
+    mine[1] += f;
+  }
+  sh.plan_units[tid][0] = mine[0];
+  sh.plan_units[tid][1] = mine[1];
+  __syncthreads();
+  // Exclusive prefix of the per-thread counts, by warp 0: each lane sums a run, then a warp scan.
+  constexpr int kRun = kThreads / 32;
+  if (tid < 32) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      long long run = 0;
+      for (int t = tid * kRun; t < (tid + 1) * kRun; ++t) run += sh.plan_units[t][k];
+      long long inclusive = run;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const long long up = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (tid >= d) inclusive += up;
+      }
+      long long prefix = inclusive - run;
+      for (int t = tid * kRun; t < (tid + 1) * kRun; ++t) {
+        const long long u = sh.plan_units[t][k];
+        sh.plan_units[t][k] = prefix;
+        prefix += u;
+      }
+      if (tid == 31) sh.plan_count[k] = inclusive;  // total, replaced below by this CTA's count
+    }
+  }
+  __syncthreads();
+  const long long before[2] = {sh.plan_units[tid][0], sh.plan_units[tid][1]};
+  const long long total[2] = {sh.plan_count[0], sh.plan_count[1]};
+  __syncthreads();
+  const long long cta = blockIdx.x, ctas = gridDim.x;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const long long first = cta * total[k] / ctas, last = (cta + 1) * total[k] / ctas;
+    if (tid == 0) {
+      sh.plan_count[k] = last - first;
+      sh.plan_start[k][0] = -1;
+    }
+    __syncthreads();
+    if (first < last && before[k] <= first && first < before[k] + mine[k]) {
+      long long seen = before[k];
+      for (int64_t b = b0; b < b1; ++b) {
+        long long u[2];
+        block_units<H>(a, b, u[0], u[1]);
+        if (first < seen + u[k]) {
+          sh.plan_start[k][0] = b;
+          sh.plan_start[k][1] = first - seen;
+          break;
+        }
+        seen += u[k];
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// ---- producer: Q blocks into slots, K tiles into the ring --------------------------------------
+template <int H>
+__device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMap* q_map, const CUtensorMap* k_map) {
+  using S = Shape<H>;
+  const int lane = threadIdx.x % 32;
+  int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
+  int64_t b = sh.plan_start[0][0];
+  long long left = b < 0 ? 0 : sh.plan_count[0];
+  long long offset = sh.plan_start[0][1];
+  while (left > 0) {
+    const int2 tiles = block_tiles<H>(a, b);
+    const long long take = imin64(left, (tiles.y - tiles.x) - offset);
+    if (take > 0) {
+      const int tile_begin = tiles.x + static_cast<int>(offset);
+      const int tile_end = tile_begin + static_cast<int>(take);
+      mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
+      if (lane < S::kRowsPerBlock) {
+        const int64_t m = b * S::kRowsPerBlock + lane;
+        int2 win = make_int2(0, 0);
+        if (m < a.M) win = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+        sh.window[slot][lane] = win;
+      }
+#pragma unroll
+      for (int i = 0; i < kQTileCols / 32; ++i) {
+        const int col = lane + 32 * i;
+        const int64_t m = b * S::kRowsPerBlock + col / H;
+        sh.w[slot][col] = m < a.M ? __ldg(a.weights + m * a.weights_stride + col % H) : 0.f;
+      }
+      if (lane == 0) {
+        sh.slot_block[slot] = static_cast<int>(b);
+        sh.slot_tile_begin[slot] = tile_begin;
+        sh.slot_tile_end[slot] = tile_end;
+        mbar_arrive_expect_tx(&sh.q_full[slot], kQTileBytes);
+        tma_load_2d(sh.q[slot], q_map, &sh.q_full[slot], 0, static_cast<int>(b * kQTileCols));
+      } else {
+        mbar_arrive(&sh.q_full[slot]);
+      }
+      slot ^= 1;
+      slot_phase ^= slot == 0;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        if (lane == 0) {
+          mbar_wait(&sh.k_empty[stage], stage_phase ^ 1);
+          mbar_arrive_expect_tx(&sh.k_full[stage], kKTileBytes);
+          tma_load_2d(sh.k[stage], k_map, &sh.k_full[stage], 0, t * kKeysPerTile);
+        }
+        stage = stage + 1 == kKStages ? 0 : stage + 1;
+        stage_phase ^= stage == 0;
+      }
+      __syncwarp();
+      left -= take;
+    }
+    ++b;
+    offset = 0;
+  }
+  // Sentinel: tells the math warpgroups there is no further block.
+  mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
+  if (lane == 0) sh.slot_block[slot] = -1;
+  mbar_arrive(&sh.q_full[slot]);
+}
+
+// ---- -inf fill of the column tiles outside each block's union window ----------------------------
+// -inf over columns [n0, n1) of one row, 16-byte stores where the row allows.
+__device__ __forceinline__ void fill_row_run(float* row, int64_t n0, int64_t n1, int tid, bool vec_ok) {
+  const float neg_inf = __int_as_float(0xff800000);
+  if (vec_ok) {
+    // Scalar head up to 16-byte alignment, vector body, scalar tail.
+    const int64_t v0 = min(n1, (n0 + 3) & ~int64_t(3)), v1 = max(v0, n1 & ~int64_t(3));
+    for (int64_t n = n0 + tid; n < v0; n += kFillThreads) row[n] = neg_inf;
+    float4* body = reinterpret_cast<float4*>(row + v0);
+    for (int64_t k = tid; k < (v1 - v0) / 4; k += kFillThreads) body[k] = make_float4(neg_inf, neg_inf, neg_inf, neg_inf);
+    for (int64_t n = v1 + tid; n < n1; n += kFillThreads) row[n] = neg_inf;
+  } else {
+    for (int64_t n = n0 + tid; n < n1; n += kFillThreads) row[n] = neg_inf;
+  }
+}
+
+// The fill units of a block are the column tiles outside its union window: tile u for u < lo, else
+// hi + (u - lo). This CTA's share of them is written row by row in long contiguous runs, so each
+// warp store covers 512 consecutive bytes of one row.
+template <int H>
+__device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int tid) {
+  using S = Shape<H>;
+  int64_t b = sh.plan_start[1][0];
+  long long left = b < 0 ? 0 : sh.plan_count[1];
+  long long unit = sh.plan_start[1][1];
+  const int64_t tiles_n = key_tiles(a.N);
+  const bool vec_ok = (reinterpret_cast<uintptr_t>(a.out) % 16 == 0) && (a.out_stride % 4 == 0);
+  while (left > 0) {
+    const int2 tiles = block_tiles<H>(a, b);
+    const long long units = tiles_n - (tiles.y - tiles.x);
+    const long long take = imin64(left, units - unit);
+    // Units [unit, unit + take) as at most two column-tile intervals.
+    const int64_t run_tiles[2][2] = {{unit, imin64(unit + take, tiles.x)},
+                                     {tiles.y + (max(unit, (long long)tiles.x) - tiles.x),
+                                      tiles.y + (unit + take - tiles.x)}};
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      const int64_t t0 = run_tiles[part][0], t1 = run_tiles[part][1];
+      if (t0 >= t1 || (part == 1 && unit + take <= tiles.x)) continue;
+      const int64_t n0 = t0 * kKeysPerTile, n1 = imin64(a.N, t1 * kKeysPerTile);
+      for (int r = 0; r < S::kRowsPerBlock; ++r) {
+        const int64_t m = b * S::kRowsPerBlock + r;
+        if (m < a.M) fill_row_run(a.out + m * a.out_stride, n0, n1, tid, vec_ok);
+      }
+    }
+    left -= take;
+    ++b;
+    unit = 0;
+  }
+}
+
+// ---- math warpgroups ------------------------------------------------------------------------------
+// Measurement-only variants (tools/sm90_dev), selected at compile time; 0 is the product:
+//   1: epilogue without the relu / weight / head-sum arithmetic (what MMA + pipeline + stores cost)
+//   2: no MMA issued (what the epilogue alone costs)
+#ifndef AITER_SM90_VARIANT
+#define AITER_SM90_VARIANT 0
+#endif
+
+// A predicated store: no branch around it in the epilogue (branch resolution stalled the math warps).
+__device__ __forceinline__ void store_if(float* p, float v, bool pred) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %2, 0;\n"
+      "@p st.global.f32 [%0], %1;\n"
+      "}\n" ::"l"(p),
+      "f"(v), "r"(int(pred))
+      : "memory");
+}
+
+// What a math thread keeps per Q block: its weights and, for the rows it stores, the row pointer and
+// the clamped window.
+template <int H>
+struct BlockRows {
+  static constexpr int R = Shape<H>::kRowsPerWarpgroup;
+  // w / 2: relu(x) * w == (x + |x|) * (w / 2) exactly, and x + |x| is one FADD on the FMA pipe where
+  // fmaxf would be an FMNMX on the busier ALU pipe.
+  float half_w[2 * R * Shape<H>::kHeadGroups];
+  float* out_row[R / 2];
+  int win_lo[R / 2];
+  int win_hi[R / 2];
+  bool row_ok[R / 2];  // false for rows past M
+};
+
+template <int H>
+__device__ __forceinline__ void load_block_rows(BlockRows<H>& br, const SharedStorage& sh, int slot, int block, int wg,
+                                                int quad, int row_in_wg, const KernelArgs& a) {
+  using S = Shape<H>;
+  constexpr int R = S::kRowsPerWarpgroup;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int g = 0; g < S::kHeadGroups; ++g) {
+      const float2 pair = *reinterpret_cast<const float2*>(&sh.w[slot][(wg * R + r) * H + g * 8 + 2 * quad]);
+      br.half_w[(r * S::kHeadGroups + g) * 2] = 0.5f * pair.x;
+      br.half_w[(r * S::kHeadGroups + g) * 2 + 1] = 0.5f * pair.y;
+    }
+#pragma unroll
+  for (int k = 0; k < R / 2; ++k) {
+    const int local = wg * R + row_in_wg + k;
+    const int64_t m = int64_t(block) * S::kRowsPerBlock + local;
+    br.row_ok[k] = m < a.M;
+    br.out_row[k] = a.out + (br.row_ok[k] ? m : 0) * a.out_stride;
+    br.win_lo[k] = sh.window[slot][local].x;
+    br.win_hi[k] = sh.window[slot][local].y;
+  }
+}
+
+// relu, x w, head sum and the quad reduce-scatter of one tile's accumulator, then x kv_scale and the
+// store. Each thread ends with kRowsPerWarpgroup/2 values of one key.
+template <int H>
+__device__ __forceinline__ void tile_epilogue(const float (&acc)[64], const BlockRows<H>& br, float kv_scale, int key,
+                                              const KernelArgs& a, int lane) {
+  using S = Shape<H>;
+  constexpr int R = S::kRowsPerWarpgroup;
+  // FFMA chains per (key, row): 8 chains in all keep the FFMA latency hidden (H=32: one per (key,
+  // row); H=64: two, even and odd head groups, joined at the end in a fixed order).
+  constexpr int kChains = 8 / (2 * R);
+  float part[2][R][kChains];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) part[i][r][c] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int r = j / S::kHeadGroups, g = j % S::kHeadGroups;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = acc[4 * j + 2 * i + c];
+        float& chain = part[i][r][g % kChains];
+        if (AITER_SM90_VARIANT == 1)
+          chain += j == 0 ? x : 0.f;
+        else
+          chain = fmaf(x + fabsf(x), br.half_w[(r * S::kHeadGroups + g) * 2 + c], chain);
+      }
+  }
+  float sum[2][R];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      sum[i][r] = part[i][r][0];
+#pragma unroll
+      for (int c = 1; c < kChains; ++c) sum[i][r] += part[i][r][c];
+    }
+  // Quad reduce-scatter: lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
+  const bool hi_key = lane & 2, hi_rows = lane & 1;
+  const bool key_ok = key < a.n_keys;
+  float rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float keep = hi_key ? sum[1][r] : sum[0][r];
+    const float send = hi_key ? sum[0][r] : sum[1][r];
+    rows[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+#pragma unroll
+  for (int k = 0; k < R / 2; ++k) {
+    const float keep = hi_rows ? rows[R / 2 + k] : rows[k];
+    const float send = hi_rows ? rows[k] : rows[R / 2 + k];
+    float v = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * kv_scale;
+    const bool outside = key < br.win_lo[k] || key >= br.win_hi[k];
+    v = (a.clean_logits && outside) ? __int_as_float(0xff800000) : v;
+    store_if(br.out_row[k] + key, v, key_ok && br.row_ok[k]);
+  }
+}
+
+template <int H>
+__device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
+  using S = Shape<H>;
+  const int lane = threadIdx.x % 32;
+  const int warp_in_wg = (threadIdx.x / 32) % 4;
+  const int quad = lane % 4;
+  // Fragment position of this thread after the reduce-scatter: one key of the tile, a half of the rows.
+  const int key_in_tile = warp_in_wg * 16 + lane / 4 + 8 * ((lane >> 1) & 1);
+  const int row_in_wg = (lane & 1) ? S::kRowsPerWarpgroup / 2 : 0;
+  // Descriptors of stage 0 / slot 0; other stages and slots are fixed offsets (in 16-byte units).
+  // Only the low word (start address) differs between stages, slots and k steps: 32-bit arithmetic.
+  const uint64_t desc_k0 = smem_desc_sw128(sh.k[0]);
+  const uint64_t desc_q0 = smem_desc_sw128(sh.q[0] + wg * kColsPerMathWarpgroup * kHeadDim);
+  const uint64_t desc_hi = desc_k0 & 0xffffffff00000000ull;  // same for both: layout, strides
+  const uint32_t k_lo0 = static_cast<uint32_t>(desc_k0), q_lo0 = static_cast<uint32_t>(desc_q0);
+
+  float acc0[64], acc1[64];
+  BlockRows<H> rows;
+  int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
+  int block = -1, tile = 0, tile_begin = 0, tile_end = 0;
+
+  // Slot values go through a shuffle so ptxas sees them warp-uniform; it serialises every wgmma
+  // that sits behind a branch it believes divergent.
+  auto open_slot = [&]() {
+    mbar_wait(&sh.q_full[slot], slot_phase);
+    block = __shfl_sync(0xffffffffu, sh.slot_block[slot], 0);
+    tile_begin = __shfl_sync(0xffffffffu, sh.slot_tile_begin[slot], 0);
+    tile_end = __shfl_sync(0xffffffffu, sh.slot_tile_end[slot], 0);
+    tile = tile_begin;
+  };
+  auto issue = [&](float (&acc)[64]) {
+    mbar_wait(&sh.k_full[stage], stage_phase);
+    if (AITER_SM90_VARIANT == 2) return;
+    const uint32_t k_lo = k_lo0 + stage * (kKTileBytes >> 4), q_lo = q_lo0 + slot * (kQTileBytes >> 4);
+    fence_accumulators(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 32; ++kk)
+      wgmma_m64n128k32_e4m3(acc, desc_hi | (k_lo + 2 * kk), desc_hi | (q_lo + 2 * kk), kk > 0);
+    wgmma_commit();
+  };
+
+  // kv_scale of the tile at the cursor, loaded a whole tile ahead of its use to hide L2 latency.
+  auto load_scale = [&]() {
+    const int key = tile * kKeysPerTile + key_in_tile;
+    return block >= 0 && key < a.n_keys ? __ldg(a.kv_scales + key) : 0.f;
+  };
+  float pending_scale = 0.f;
+
+  // The tile whose MMA is in flight, as its epilogue needs it once the cursor has moved on.
+  struct InFlight {
+    int slot, stage, block, key;
+    bool first, last, has_next;
+    float kv_scale;
+  };
+  auto advance = [&]() {
+    InFlight f;
+    f.slot = slot;
+    f.stage = stage;
+    f.block = block;
+    f.first = tile == tile_begin;
+    f.last = tile + 1 == tile_end;
+    f.key = tile * kKeysPerTile + key_in_tile;
+    f.kv_scale = pending_scale;
+    f.has_next = true;
+    stage = (stage + 1) % kKStages;
+    stage_phase ^= stage == 0;
+    if (!f.last) {
+      ++tile;
+    } else {
+      slot ^= 1;
+      slot_phase ^= slot == 0;
+      open_slot();
+      f.has_next = block >= 0;
+    }
+    pending_scale = load_scale();
+    return f;
+  };
+  // Releases the finished tile's K stage, runs its epilogue, releases its Q slot after its last tile.
+  auto finish = [&](float (&acc)[64], const InFlight& f) {
+    fence_accumulators(acc);
+    if (lane == 0) mbar_arrive(&sh.k_empty[f.stage]);
+    if (f.first) load_block_rows<H>(rows, sh, f.slot, f.block, wg, quad, row_in_wg, a);
+    tile_epilogue<H>(acc, rows, f.kv_scale, f.key, a, lane);
+    if (f.last) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sh.q_empty[f.slot]);
+    }
+  };
+
+  open_slot();
+  if (block < 0) return;
+  pending_scale = load_scale();
+  issue(acc0);
+  // Two accumulators in turn: the MMA of the next tile runs under the epilogue of this one. The
+  // loop is written out for both parities so every accumulator index is a compile-time constant.
+  for (;;) {
+    InFlight f = advance();
+    if (!f.has_next) {
+      wgmma_wait<0>();
+      finish(acc0, f);
+      break;
+    }
+    issue(acc1);
+    wgmma_wait<1>();
+    finish(acc0, f);
+
+    f = advance();
+    if (!f.has_next) {
+      wgmma_wait<0>();
+      finish(acc1, f);
+      break;
+    }
+    issue(acc0);
+    wgmma_wait<1>();
+    finish(acc1, f);
+  }
+}
+
+template <int H>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_mqa_logits_sm90_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                               const KernelArgs args) {
+  extern __shared__ uint8_t smem_raw[];
+  // Offset from the shared array itself (not a cast through an integer) so accesses stay LDS/STS.
+  const uint32_t align_pad = (1024 - (smem_addr(smem_raw) & 1023)) & 1023;
+  SharedStorage& sh = *reinterpret_cast<SharedStorage*>(smem_raw + align_pad);
+  // Through a shuffle so the compiler knows it is warp-uniform (else it serialises the wgmmas).
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&q_map);
+    tma_prefetch_descriptor(&k_map);
+    for (int s = 0; s < kQSlots; ++s) {
+      mbar_init(&sh.q_full[s], 32);
+      mbar_init(&sh.q_empty[s], 4 * kMathWarpgroups);
+    }
+    for (int s = 0; s < kKStages; ++s) {
+      mbar_init(&sh.k_full[s], 1);
+      mbar_init(&sh.k_empty[s], 4 * kMathWarpgroups);
+    }
+    fence_barrier_init();
+  }
+  plan_ranges<H>(args, sh);  // ends with __syncthreads, which also publishes the barrier inits
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x < 32) {
+      produce<H>(args, sh, &q_map, &k_map);
+    } else if (args.clean_logits) {
+      fill_outside_windows<H>(args, sh, threadIdx.x - 32);
+    }
+  } else {
+    setmaxnreg_inc<kMathRegs>();
+    compute<H>(args, sh, warpgroup - 1);
+  }
+}
+
+}  // namespace sm90
+}  // namespace aiter
