@@ -1,0 +1,471 @@
+"""Compile the gfx950 kernel (device code only) and check its ISA.
+
+    python -m aiter.jit.check_isa --arch gfx950 --asm-out FILE
+
+Compiles csrc/kernels/fp8_mqa_logits_gfx950.hip with clang (Debian's clang++-22 on CPU machines;
+AITER_GFX950_CLANG overrides) and the JIT's GFX950_HIP_FLAGS from build_config.py, writes the
+assembly with its metadata to FILE, and fails when, for any of the four kernels:
+  - the stage loop (each innermost loop holding MFMAs) lacks v_mfma_f32_32x32x64_f8f6f4 or
+    v_permlane32_swap_b32, holds an s_nop, packed fp32 math (v_pk_fma/mul/add_f32, which does not
+    co-issue with MFMA), or an s_waitcnt vmcnt the compiler placed (the loop's only vmcnt wait is
+    the hand-placed one in inline asm);
+  - a path through the stage loop issues a VMEM op count other than the one the hand-placed wait
+    assumes (the kernel states it in an asm comment "gfx950-stage-vmem N");
+  - a v_permlane32_swap reads a VGPR written by VALU less than 2 instructions earlier;
+  - scratch is used (private segment, spills, scratch instructions);
+  - VGPR+AGPR exceed 256 or LDS exceeds 160 KiB: the stated occupancy is one 512-thread workgroup
+    per CU, i.e. 2 waves per SIMD, 512 / 2 = 256 registers per lane.
+Prints, per kernel, the registers, LDS bytes and the stage loop's instruction mix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiter.jit import build_config
+
+SOURCE = "kernels/fp8_mqa_logits_gfx950.hip"
+KERNELS = (
+    "fp8_mqa_logits_gfx950_h32",
+    "fp8_mqa_logits_gfx950_h64",
+    "fp8_mqa_logits_gfx950_h32_small",
+    "fp8_mqa_logits_gfx950_h64_small",
+)
+MFMA = "v_mfma_f32_32x32x64_f8f6f4"
+PERMLANE = "v_permlane32_swap_b32"
+REG_BUDGET = 256  # 512 VGPR+AGPR per SIMD lane / 2 waves per SIMD (one 8-wave workgroup per CU)
+LDS_BUDGET = 160 * 1024
+WAVES_PER_SIMD = 2
+STAGE_MARKER = re.compile(r"gfx950-stage-vmem\s+(\d+)")
+BRANCH = re.compile(r"^s_(c?branch\w*)$")
+TERMINATORS = {"s_endpgm", "s_setpc_b64", "s_trap"}
+PACKED_FP32 = {"v_pk_fma_f32", "v_pk_mul_f32", "v_pk_add_f32"}
+
+
+def clang_path() -> str:
+    for cand in (os.environ.get("AITER_GFX950_CLANG"), "clang++-22", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    raise FileNotFoundError("no clang++-22 (set AITER_GFX950_CLANG to a clang with gfx950 support)")
+
+
+def compile_command(asm_out: str) -> list[str]:
+    root = build_config.csrc_dir()
+    flags = [f for f in build_config.GFX950_HIP_FLAGS if not f.startswith("--offload-arch")]
+    cmd = [
+        clang_path(), "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output",
+        "--offload-arch=gfx950", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-S",
+        *flags,
+    ]
+    cmd += [f"-I{root / d}" for d in build_config.INCLUDE_DIRS]
+    cmd += ["-o", asm_out, os.fspath(root / SOURCE)]
+    return cmd
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Inst:
+    op: str
+    args: str
+    in_asm: bool  # inside an inline-asm block
+
+    def regs(self) -> list[str]:
+        return [a.strip() for a in self.args.split(",")] if self.args else []
+
+
+@dataclass
+class Block:
+    label: str
+    insts: list[Inst] = field(default_factory=list)
+    succ: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Kernel:
+    name: str
+    blocks: list[Block]
+    meta: dict[str, int]
+    sets: dict[str, int]
+
+
+def parse_functions(text: str) -> dict[str, list[str]]:
+    """Body lines of every kernel: from 'NAME:' to its '.Lfunc_end'."""
+    funcs: dict[str, list[str]] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_][\w.]*):", line)
+        if m and not line.startswith(".L"):
+            cur = m.group(1)
+            funcs[cur] = []
+            continue
+        if cur is not None:
+            if line.startswith(".Lfunc_end"):
+                cur = None
+                continue
+            funcs[cur].append(line)
+    return funcs
+
+
+def parse_blocks(lines: list[str]) -> list[Block]:
+    blocks = [Block("entry")]
+    in_asm = False
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith(";;#ASMSTART"):
+            in_asm = True
+            continue
+        if line.startswith(";;#ASMEND"):
+            in_asm = False
+            continue
+        m = re.match(r"^(\.LBB\w+):", line)
+        if m:
+            blocks.append(Block(m.group(1)))
+            continue
+        if in_asm and STAGE_MARKER.search(line):
+            blocks[-1].insts.append(Inst("#marker", line, True))
+            continue
+        if not line or line.startswith(";") or line.startswith(".") or line.startswith("#"):
+            continue
+        line = line.split(";", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split(None, 1)
+        inst = Inst(parts[0], parts[1] if len(parts) > 1 else "", in_asm)
+        blocks[-1].insts.append(inst)
+        if BRANCH.match(inst.op) or inst.op in TERMINATORS:
+            blocks.append(Block(f"{blocks[-1].label}+"))
+    index = {b.label: i for i, b in enumerate(blocks)}
+    for i, b in enumerate(blocks):
+        last = b.insts[-1] if b.insts else None
+        falls = True
+        if last is not None and last.op in TERMINATORS:
+            falls = False
+        elif last is not None and BRANCH.match(last.op):
+            target = last.args.split(",")[0].strip()
+            if target in index:
+                b.succ.append(index[target])
+            falls = last.op != "s_branch"
+        if falls and i + 1 < len(blocks):
+            b.succ.append(i + 1)
+    return blocks
+
+
+def parse_metadata(text: str) -> dict[str, dict[str, int]]:
+    meta: dict[str, dict[str, int]] = {}
+    block = text.split(".amdgpu_metadata", 1)[-1]
+    for entry in re.split(r"\n  - ", block)[1:]:
+        fields = dict(re.findall(r"\.(\w+):\s+(\S+)", entry))
+        if "name" in fields:
+            meta[fields["name"]] = {k: int(v) for k, v in fields.items() if re.fullmatch(r"-?\d+", v)}
+    return meta
+
+
+def parse_sets(text: str, name: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(rf"\.set {re.escape(name)}\.(\w+), (\d+)", text)}
+
+
+def parse(text: str) -> dict[str, Kernel]:
+    meta = parse_metadata(text)
+    kernels = {}
+    for name, lines in parse_functions(text).items():
+        if name in meta:
+            kernels[name] = Kernel(name, parse_blocks(lines), meta[name], parse_sets(text, name))
+    return kernels
+
+
+# ------------------------------------------------------------------------------------------------
+# Loops
+# ------------------------------------------------------------------------------------------------
+def dominators(blocks: list[Block]) -> list[set[int]]:
+    n = len(blocks)
+    preds = [[] for _ in range(n)]
+    for i, b in enumerate(blocks):
+        for s in b.succ:
+            preds[s].append(i)
+    reach = {0}
+    stack = [0]
+    while stack:
+        for s in blocks[stack.pop()].succ:
+            if s not in reach:
+                reach.add(s)
+                stack.append(s)
+    dom = [set(reach) if i in reach else set() for i in range(n)]
+    dom[0] = {0}
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(reach - {0}):
+            ps = [dom[p] for p in preds[i] if p in reach]
+            new = set.intersection(*ps) | {i} if ps else {i}
+            if new != dom[i]:
+                dom[i] = new
+                changed = True
+    return dom
+
+
+def natural_loops(blocks: list[Block]) -> dict[int, set[int]]:
+    """Header -> body (union over its back edges)."""
+    dom = dominators(blocks)
+    preds = [[] for _ in blocks]
+    for i, b in enumerate(blocks):
+        for s in b.succ:
+            preds[s].append(i)
+    loops: dict[int, set[int]] = {}
+    for u, b in enumerate(blocks):
+        for v in b.succ:
+            if v in dom[u]:  # back edge u -> v
+                body = loops.setdefault(v, {v})
+                stack = [u]
+                while stack:
+                    x = stack.pop()
+                    if x not in body:
+                        body.add(x)
+                        stack.extend(preds[x])
+    return loops
+
+
+def stage_loops(blocks: list[Block]) -> list[tuple[int, set[int]]]:
+    """Innermost loops that hold MFMAs: the stage loops."""
+    loops = natural_loops(blocks)
+    with_mfma = {h: body for h, body in loops.items() if any(i.op == MFMA for x in body for i in blocks[x].insts)}
+    inner = []
+    for h, body in with_mfma.items():
+        if not any(h2 != h and body2 < body for h2, body2 in with_mfma.items()):
+            inner.append((h, body))
+    return sorted(inner)
+
+
+def _step(state: dict[str, int | str], inst: Inst) -> None:
+    """Track the 64-bit SGPR flags (-1 / 0) that StructurizeCFG uses to chain the branches of an
+    if/else, and vcc derived from them, so that infeasible loop paths can be pruned."""
+    regs = inst.regs()
+    dst = regs[0] if regs else ""
+    if inst.op == "s_mov_b64" and len(regs) == 2 and regs[1] in ("-1", "0"):
+        state[dst] = int(regs[1])
+        return
+    if inst.op in ("s_andn2_b64", "s_and_b64") and len(regs) == 3 and regs[1] == "exec":
+        src = state.get(regs[2])
+        if isinstance(src, int):
+            zero = (src == -1) if inst.op == "s_andn2_b64" else (src == 0)
+            state[dst] = 0 if zero else "nonzero"
+            return
+    writes_vcc = dst.startswith("vcc") or (inst.op.startswith("v_") and inst.op.endswith("_e32")
+                                           and ("cmp" in inst.op or "_co_" in inst.op))
+    for r in list(state):
+        if r == dst or (r == "vcc" and writes_vcc):
+            del state[r]
+
+
+def _branch_outcomes(state: dict[str, int | str], inst: Inst) -> tuple[bool, bool]:
+    """(may take the branch, may fall through)."""
+    v = state.get("vcc")
+    if inst.op == "s_cbranch_vccz" and v is not None:
+        return (v == 0, v != 0)
+    if inst.op == "s_cbranch_vccnz" and v is not None:
+        return (v != 0, v == 0)
+    if inst.op == "s_branch":
+        return (True, False)
+    return (True, True)
+
+
+def loop_paths(blocks: list[Block], header: int, body: set[int], limit: int = 4096):
+    """Feasible paths header -> back edge inside the loop, as block lists."""
+    paths = []
+    stack = [(header, [header], {})]
+    while stack and len(paths) < limit:
+        x, path, state = stack.pop()
+        state = dict(state)
+        for inst in blocks[x].insts:
+            _step(state, inst)
+        b = blocks[x]
+        last = b.insts[-1] if b.insts else None
+        succs = []
+        if last is not None and BRANCH.match(last.op):
+            target = last.args.split(",")[0].strip()
+            take, fall = _branch_outcomes(state, last)
+            succs = [s for s in b.succ if (blocks[s].label == target and take) or (blocks[s].label != target and fall)]
+        else:
+            succs = b.succ
+        for s in succs:
+            if s == header:
+                paths.append(path)
+            elif s in body and s not in path:
+                stack.append((s, path + [s], state))
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------
+# Checks
+# ------------------------------------------------------------------------------------------------
+def is_vmem(op: str) -> bool:
+    return op.startswith(("buffer_", "global_", "flat_", "scratch_")) and "wbl2" not in op and "inv" not in op
+
+
+def classify(op: str) -> str:
+    if op.startswith("v_mfma"):
+        return "mfma"
+    if op.startswith("v_permlane"):
+        return "permlane"
+    if op.startswith("v_"):
+        return "valu"
+    if op.startswith("ds_read") or op.startswith("ds_load"):
+        return "ds_read"
+    if op.startswith("ds_"):
+        return "ds_other"
+    if op.startswith("buffer_load") or op.startswith("global_load"):
+        return "vmem_load"
+    if op.startswith("buffer_store") or op.startswith("global_store"):
+        return "vmem_store"
+    if op == "s_waitcnt":
+        return "s_waitcnt"
+    if op == "s_barrier":
+        return "s_barrier"
+    if op == "s_nop":
+        return "s_nop"
+    if BRANCH.match(op):
+        return "branch"
+    if op.startswith("s_"):
+        return "salu"
+    return "other"
+
+
+def reg_set(tok: str) -> set[str]:
+    m = re.fullmatch(r"v(\d+)", tok)
+    if m:
+        return {tok}
+    m = re.fullmatch(r"v\[(\d+):(\d+)\]", tok)
+    if m:
+        return {f"v{i}" for i in range(int(m.group(1)), int(m.group(2)) + 1)}
+    return set()
+
+
+def permlane_hazards(blocks: list[Block], body: set[int]) -> list[str]:
+    bad = []
+    for x in sorted(body):
+        insts = blocks[x].insts
+        for k, inst in enumerate(insts):
+            if inst.op != PERMLANE:
+                continue
+            read = set().union(*(reg_set(r) for r in inst.regs()))
+            if k < 2:
+                bad.append(f"{blocks[x].label}: {inst.op} {inst.args} at block start (cannot see its producers)")
+                continue
+            for back in (1, 2):
+                prev = insts[k - back]
+                if prev.op.startswith("v_") and prev.regs() and reg_set(prev.regs()[0]) & read:
+                    bad.append(f"{inst.op} {inst.args}: {prev.op} {prev.args} writes it {back - 1} instr. before")
+    return bad
+
+
+def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
+    """(failures, summary lines) of one kernel."""
+    fails: list[str] = []
+    lines: list[str] = []
+    meta, sets = k.meta, k.sets
+    vgpr, agpr = sets.get("num_vgpr", meta.get("vgpr_count", 0)), sets.get("num_agpr", meta.get("agpr_count", 0))
+    total = ((vgpr + 3) // 4) * 4 + agpr if agpr else vgpr
+    total = max(total, meta.get("vgpr_count", 0))
+    lds = meta.get("group_segment_fixed_size", 0)
+    scratch = meta.get("private_segment_fixed_size", 0)
+    spills = meta.get("vgpr_spill_count", 0) + meta.get("sgpr_spill_count", 0)
+    all_ops = Counter(i.op for b in k.blocks for i in b.insts if i.op != "#marker")
+    lines.append(
+        f"{k.name}: VGPR {vgpr}, AGPR {agpr} (total {total}/{REG_BUDGET}), SGPR {meta.get('sgpr_count')}, "
+        f"LDS {lds} B/{LDS_BUDGET}, scratch {scratch} B, spills {spills}; occupancy 1 workgroup/CU = "
+        f"{WAVES_PER_SIMD} waves/SIMD; {sum(all_ops.values())} instructions"
+    )
+    if total > REG_BUDGET:
+        fails.append(f"{k.name}: VGPR+AGPR {total} > {REG_BUDGET} (2 waves/SIMD)")
+    if lds > LDS_BUDGET:
+        fails.append(f"{k.name}: LDS {lds} > {LDS_BUDGET}")
+    scratch_ops = [op for op in all_ops if op.startswith("scratch_")]
+    if scratch or spills or scratch_ops:
+        fails.append(f"{k.name}: scratch used (private {scratch} B, spills {spills}, ops {scratch_ops})")
+    loops = stage_loops(k.blocks)
+    if not loops:
+        fails.append(f"{k.name}: no loop holding {MFMA}")
+    for n, (h, body) in enumerate(loops):
+        insts = [i for x in sorted(body) for i in k.blocks[x].insts if i.op != "#marker"]
+        ops = Counter(i.op for i in insts)
+        mix = Counter(classify(i.op) for i in insts)
+        tag = f"{k.name} stage loop {n} ({k.blocks[h].label}, {len(body)} blocks, {len(insts)} instr.)"
+        order = ("mfma", "valu", "permlane", "ds_read", "ds_other", "vmem_load", "vmem_store", "salu",
+                 "s_waitcnt", "s_barrier", "branch", "s_nop", "other")
+        lines.append("  " + tag + ": " + ", ".join(f"{c} {mix[c]}" for c in order if mix[c]))
+        if ops[MFMA] == 0:
+            fails.append(f"{tag}: no {MFMA}")
+        if ops[PERMLANE] == 0:
+            fails.append(f"{tag}: no {PERMLANE}")
+        if ops["s_nop"]:
+            fails.append(f"{tag}: {ops['s_nop']} s_nop")
+        packed = sorted(op for op in ops if op in PACKED_FP32)
+        if packed:
+            fails.append(f"{tag}: packed fp32 math {packed}")
+        compiler_vm = [i.args for i in insts if i.op == "s_waitcnt" and "vmcnt" in i.args and not i.in_asm]
+        if compiler_vm:
+            fails.append(f"{tag}: compiler-placed vmcnt wait(s) {compiler_vm}")
+        for msg in permlane_hazards(k.blocks, body):
+            fails.append(f"{tag}: permlane hazard: {msg}")
+        paths = loop_paths(k.blocks, h, body)
+        counts = set()
+        for path in paths:
+            pinsts = [i for x in path for i in k.blocks[x].insts]
+            markers = [int(STAGE_MARKER.search(i.args).group(1)) for i in pinsts if i.op == "#marker"]
+            vmem = sum(1 for i in pinsts if is_vmem(i.op))
+            counts.add(vmem)
+            if len(markers) != 1 or markers[0] != vmem:
+                fails.append(f"{tag}: a path issues {vmem} VMEM ops, the hand-placed wait assumes {markers}")
+                break
+        lines.append(f"    {len(paths)} paths, VMEM ops per stage {sorted(counts)}; "
+                     f"MFMA {ops[MFMA]}, v_max {ops['v_max_f32_e32'] + ops['v_max_f32_e64']}, "
+                     f"v_fma {sum(v for o, v in ops.items() if o.startswith(('v_fma_f32', 'v_fmac_f32')))}, "
+                     f"permlane {ops[PERMLANE]}")
+    return fails, lines
+
+
+def check_text(text: str) -> tuple[list[str], list[str]]:
+    kernels = parse(text)
+    fails, lines = [], []
+    for name in KERNELS:
+        if name not in kernels:
+            fails.append(f"kernel {name} missing from the assembly")
+            continue
+        f, s = check_kernel(kernels[name])
+        fails += f
+        lines += s
+    return fails, lines
+
+
+def check(asm_out: str) -> int:
+    t0 = time.time()
+    cmd = compile_command(asm_out)
+    Path(asm_out).parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print("isa_gfx950: compile failed:\n  " + " ".join(cmd), file=sys.stderr)
+        print(proc.stderr, file=sys.stderr)
+        return 1
+    if proc.stderr.strip():
+        print(proc.stderr, file=sys.stderr)
+    fails, lines = check_text(Path(asm_out).read_text())
+    print(f"isa_gfx950: compiled in {time.time() - t0:.1f} s: {' '.join(cmd)}")
+    for line in lines:
+        print(line)
+    for f in fails:
+        print(f"FAIL: {f}")
+    print(f"isa_gfx950: {'FAILED' if fails else 'passed'} ({len(fails)} failure(s)); assembly in {asm_out}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(check(sys.argv[1] if len(sys.argv) > 1 else "fp8_mqa_logits_gfx950.s"))
