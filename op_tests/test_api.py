@@ -152,6 +152,9 @@ def test_fake_kernels_on_meta_tensors():
     assert torch.ops.aiter.fp8_mqa_logits_out(q, kv, s, w, ks, ks, True, buf, 0) is None
     with pytest.raises(ValueError, match="q must be 3-D"):
         fp8_mqa_logits(q[0], kv, s, w, ks, ks)
+    # One meta tensor among CPU ones routes the call to the fake kernel: it must refuse, too.
+    with pytest.raises(RuntimeError, match="kv is on cpu but q is on meta"):
+        fp8_mqa_logits(q, torch.zeros(9, 32).to(FP8), s, w, ks, ks)
 
 
 def test_torch_compile_fullgraph_cpu():

@@ -56,23 +56,30 @@ _lib.impl("fp8_mqa_logits", _functional_impl, "CompositeExplicitAutograd")
 _lib.impl("fp8_mqa_logits_out", _out_impl, "CompositeExplicitAutograd")
 
 
-def _check_ranks(q, kv):
-    # Only what the fake kernel needs to know the output shape; the real op checks everything.
+def _check_fake_args(q, kv, named):
+    """What the fake kernel needs for a truthful output shape and device. A meta tensor among real
+    ones sends the call here instead of to the real op, so mixed devices are rejected here too,
+    with the real op's message; everything else the real op checks."""
     if q.dim() != 3:
         raise ValueError(f"fp8_mqa_logits: q must be 3-D [M, H, D], got shape {tuple(q.shape)}")
     if kv.dim() != 2:
         raise ValueError(f"fp8_mqa_logits: kv must be 2-D [N, D], got shape {tuple(kv.shape)}")
+    for name, t in named:
+        if t.device != q.device:
+            raise RuntimeError(f"fp8_mqa_logits: {name} is on {t.device} but q is on {q.device}")
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits", lib=_lib)
 def _functional_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
-    _check_ranks(q, kv)
+    _check_fake_args(q, kv, (("kv", kv), ("kv_scales", kv_scales), ("weights", weights),
+                             ("cu_starts", cu_starts), ("cu_ends", cu_ends)))
     return q.new_empty((q.shape[0], kv.shape[0]), dtype=torch.float32)
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits_out", lib=_lib)
 def _out_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
-    _check_ranks(q, kv)
+    _check_fake_args(q, kv, (("kv", kv), ("kv_scales", kv_scales), ("weights", weights),
+                             ("cu_starts", cu_starts), ("cu_ends", cu_ends), ("out", out)))
     return None
 
 
