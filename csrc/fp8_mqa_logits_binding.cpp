@@ -22,7 +22,10 @@
 #include "fp8_mqa_logits_params.h"
 
 #ifdef AITER_WITH_SM90
-#include <ATen/cuda/CUDAContext.h>
+// The stream and the CUDA runtime only: ATen/cuda/CUDAContext.h would also pull cuBLAS/cuSPARSE
+// headers that a minimal toolkit lacks.
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 #ifdef AITER_WITH_GFX950
 #include <ATen/hip/HIPContext.h>
@@ -115,17 +118,22 @@ void launch_gpu(const aiter::Fp8MqaLogitsParams& p, const at::Tensor& q, const a
                 int64_t split_n) {
 #if defined(AITER_WITH_SM90)
   (void)split_n;
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  TORCH_CHECK_NOT_IMPLEMENTED(props->major == 9 && props->minor == 0, AITER_OP, "no kernel for sm_",
-                              props->major, props->minor, " (", q.device(), ", ", props->name,
-                              "): this build has the sm_90a (Hopper) kernel only; use CPU tensors");
+  const int dev = q.device().index();
+  int major = 0, minor = 0, sms = 0;
+  TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess,
+              AITER_OP, "cannot query the properties of ", q.device());
+  TORCH_CHECK_NOT_IMPLEMENTED(major == 9 && minor == 0, AITER_OP, "no kernel for sm_", major, minor,
+                              " (", q.device(), "): this build has the sm_90a (Hopper) kernel only; "
+                              "use CPU tensors");
   TORCH_CHECK_NOT_IMPLEMENTED(aiter::fp8_mqa_logits_sm90_supports(p.H, p.D), AITER_OP,
                               "the sm_90a kernel serves H in {32, 64} and D == 128, got q of shape ",
                               q.sizes(), " (H = ", p.H, ", D = ", p.D, "); use CPU tensors");
   check_device_sizes(p.M, p.N, p.H, q, kv);
   if (p.M == 0 || p.N == 0) return;
-  const char* err = aiter::fp8_mqa_logits_sm90_launch(
-      p, props->multiProcessorCount, static_cast<void*>(at::cuda::getCurrentCUDAStream().stream()));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
+  const char* err = aiter::fp8_mqa_logits_sm90_launch(p, sms, static_cast<void*>(stream));
   TORCH_CHECK(err == nullptr, AITER_OP, "sm_90a launch failed on ", q.device(), ": ", err);
 #elif defined(AITER_WITH_GFX950)
   const hipDeviceProp_t* props = at::hip::getCurrentDeviceProperties();
