@@ -194,33 +194,63 @@ __device__ void plan_ranges(const KernelArgs& a, SharedStorage& sh) {
 }
 
 // ---- producer: Q blocks into slots, K tiles into the ring --------------------------------------
+// What the producer warp loads of one Q block, spread over its lanes: lane r < kRowsPerBlock holds
+// row r's clamped window, every lane 8 of the block's 256 weights.
+struct BlockLoads {
+  int2 window;
+  float w[kQTileCols / 32];
+};
+
+template <int H>
+__device__ __forceinline__ BlockLoads load_block(const KernelArgs& a, int64_t b, int lane) {
+  using S = Shape<H>;
+  BlockLoads l;
+  const int64_t m = b * S::kRowsPerBlock + lane;
+  l.window = make_int2(0, 0);
+  if (lane < S::kRowsPerBlock && m < a.M)
+    l.window = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+#pragma unroll
+  for (int i = 0; i < kQTileCols / 32; ++i) {
+    const int col = lane + 32 * i;
+    const int64_t row = b * S::kRowsPerBlock + col / H;
+    l.w[i] = row < a.M ? __ldg(a.weights + row * a.weights_stride + col % H) : 0.f;
+  }
+  return l;
+}
+
+// Union window of the loaded block in K tiles (same as block_tiles, from the lanes' windows).
+__device__ __forceinline__ int2 union_tiles(const BlockLoads& l) {
+  const bool live = l.window.x < l.window.y;
+  const int lo = __reduce_min_sync(0xffffffffu, live ? l.window.x : 0x7fffffff);
+  const int hi = __reduce_max_sync(0xffffffffu, live ? l.window.y : 0);
+  if (hi == 0) return make_int2(0, 0);
+  return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+}
+
 template <int H>
 __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMap* q_map, const CUtensorMap* k_map) {
   using S = Shape<H>;
   const int lane = threadIdx.x % 32;
+  const int64_t blocks = (a.M + S::kRowsPerBlock - 1) / S::kRowsPerBlock;
   int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
   int64_t b = sh.plan_start[0][0];
   long long left = b < 0 ? 0 : sh.plan_count[0];
   long long offset = sh.plan_start[0][1];
+  // The next block's loads are issued before this block's K tiles, so their latency hides behind
+  // the ring waits (a block of causal or multi-request chunks can be a single tile).
+  BlockLoads next = left > 0 ? load_block<H>(a, b, lane) : BlockLoads{};
   while (left > 0) {
-    const int2 tiles = block_tiles<H>(a, b);
+    const BlockLoads cur = next;
+    const int2 tiles = union_tiles(cur);
     const long long take = imin64(left, (tiles.y - tiles.x) - offset);
+    if (b + 1 < blocks && take < left) next = load_block<H>(a, b + 1, lane);
     if (take > 0) {
       const int tile_begin = tiles.x + static_cast<int>(offset);
       const int tile_end = tile_begin + static_cast<int>(take);
       mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
-      if (lane < S::kRowsPerBlock) {
-        const int64_t m = b * S::kRowsPerBlock + lane;
-        int2 win = make_int2(0, 0);
-        if (m < a.M) win = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
-        sh.window[slot][lane] = win;
-      }
+      if (lane < S::kRowsPerBlock) sh.window[slot][lane] = cur.window;
 #pragma unroll
-      for (int i = 0; i < kQTileCols / 32; ++i) {
-        const int col = lane + 32 * i;
-        const int64_t m = b * S::kRowsPerBlock + col / H;
-        sh.w[slot][col] = m < a.M ? __ldg(a.weights + m * a.weights_stride + col % H) : 0.f;
-      }
+      for (int i = 0; i < kQTileCols / 32; ++i) sh.w[slot][lane + 32 * i] = cur.w[i];
       if (lane == 0) {
         sh.slot_block[slot] = static_cast<int>(b);
         sh.slot_tile_begin[slot] = tile_begin;
@@ -238,7 +268,7 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
           mbar_arrive_expect_tx(&sh.k_full[stage], kKTileBytes);
           tma_load_2d(sh.k[stage], k_map, &sh.k_full[stage], 0, t * kKeysPerTile);
         }
-        stage = stage + 1 == kKStages ? 0 : stage + 1;
+        stage = (stage + 1) % kKStages;
         stage_phase ^= stage == 0;
       }
       __syncwarp();
@@ -253,7 +283,6 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
   mbar_arrive(&sh.q_full[slot]);
 }
 
-// ---- -inf fill of the column tiles outside each block's union window ----------------------------
 // -inf over columns [n0, n1) of one row, 16-byte stores where the row allows.
 __device__ __forceinline__ void fill_row_run(float* row, int64_t n0, int64_t n1, int tid, bool vec_ok) {
   const float neg_inf = __int_as_float(0xff800000);
