@@ -7,6 +7,7 @@ everything else uses a tiny Python C-API extension that compiles in about two se
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -319,6 +320,28 @@ def test_targets_override_and_jobs(monkeypatch):
         assert core.detect_targets() == ("cpu",)
     spec = core.module_spec(("cpu",))
     assert 1 <= core._max_jobs(spec) <= len(spec.sources)
+
+
+def test_aot_build_is_used_only_when_it_matches(tmp_path, monkeypatch):
+    monkeypatch.delenv("AITER_JIT_IGNORE_AOT", raising=False)
+    monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    library = tmp_path / (core.build_config.MODULE_NAME + suffix)
+    library.write_bytes(b"")  # only its presence matters to the lookup
+    assert core._prebuilt(("cpu",), tmp_path) is None  # no metadata: not an AOT build
+    meta = {"targets": ["cpu"], "fingerprint": core.aot_fingerprint(core.module_spec(("cpu",)))}
+    (tmp_path / core.AOT_META).write_text(json.dumps(meta))
+    assert core._prebuilt(("cpu",), tmp_path) == library
+    assert core._prebuilt(("cpu", "sm90"), tmp_path) is None  # does not cover the GPU
+    monkeypatch.setenv("AITER_JIT_IGNORE_AOT", "1")
+    assert core._prebuilt(("cpu",), tmp_path) is None
+    monkeypatch.delenv("AITER_JIT_IGNORE_AOT")
+    stale = dict(meta, fingerprint=dict(meta["fingerprint"], sources="0" * 24))  # other sources
+    (tmp_path / core.AOT_META).write_text(json.dumps(stale))
+    assert core._prebuilt(("cpu",), tmp_path) is None
+    other_torch = dict(meta, fingerprint=dict(meta["fingerprint"], torch="0.0"))
+    (tmp_path / core.AOT_META).write_text(json.dumps(other_torch))
+    assert core._prebuilt(("cpu",), tmp_path) is None
 
 
 def test_first_error_lines_pick_compiler_errors():

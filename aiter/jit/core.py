@@ -513,11 +513,11 @@ def aot_fingerprint(spec: ModuleSpec) -> dict:
     return {"sources": digest, "torch": torch.__version__, "builder": BUILDER_VERSION}
 
 
-def _prebuilt(targets: tuple):
+def _prebuilt(targets: tuple, here: Path | None = None):
     """The AOT module next to this file, if it matches the sources and torch and covers targets."""
     if os.environ.get("AITER_JIT_IGNORE_AOT"):
         return None
-    here = Path(__file__).resolve().parent
+    here = here or Path(__file__).resolve().parent
     meta_path = here / AOT_META
     if not meta_path.is_file():
         return None
