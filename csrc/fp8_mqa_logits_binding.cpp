@@ -35,9 +35,9 @@ namespace {
 
 #define AITER_OP "fp8_mqa_logits: "
 
-// Largest row count / key count the device kernels address: TMA tensor-map dimensions and the
-// kernels' int key indices are 32-bit.
-constexpr int64_t kMaxDeviceRows = std::numeric_limits<int32_t>::max();
+// Largest row count / key count the device kernels address (2^31 less a few tiles): TMA tensor-map
+// dimensions and the kernels' int key indices are 32-bit.
+constexpr int64_t kMaxDeviceRows = (int64_t(1) << 31) - 1024;
 // TMA (sm90) and the 16-byte global->LDS loads (gfx950) need 16-byte aligned Q and K rows.
 constexpr int64_t kDeviceAlignment = 16;
 
