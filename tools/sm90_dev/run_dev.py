@@ -22,6 +22,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from aiter.bench.baselines import deepgemm_h200_us  # noqa: E402
 from aiter.testing.mqa_logits import (  # noqa: E402
     WINDOW_MODES,
     in_window_pairs,
@@ -163,22 +164,6 @@ BENCH = [
     ("multi_req", 4096, 32768), ("multi_req", 2048, 65536), ("multi_req", 1024, 131072), ("multi_req", 8192, 8192),
     ("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024),
 ]
-DEEPGEMM = {  # (mode, M, N) -> {H: (clean, no clean)} µs, DeepGEMM v2.6.1 sm_90 on one H200 (issue #3)
-    ("causal", 8192, 8192): {32: (360, 295), 64: (582, 514)},
-    ("causal", 4096, 32768): {32: (1049, 1024), 64: (1870, 1848)},
-    ("causal", 2048, 65536): {32: (1086, 1074), 64: (1952, 1958)},
-    ("causal", 1024, 131072): {32: (1094, 1080), 64: (1977, 1952)},
-    ("causal", 16384, 32000): {32: (3342, 3140), 64: (5705, 5911)},
-    ("multi_req", 4096, 32768): {32: (385, 271), 64: (596, 475)},
-    ("multi_req", 2048, 65536): {32: (391, 282), 64: (605, 495)},
-    ("multi_req", 1024, 131072): {32: (394, 284), 64: (610, 499)},
-    ("multi_req", 8192, 8192): {32: (173, 95), 64: (230, 152)},
-    ("causal", 128, 4096): {32: (24.5, 21.4), 64: (23.4, 20.6)},
-    ("causal", 64, 8192): {32: (39.1, 36.4), 64: (37.1, 34.4)},
-    ("causal", 1024, 1024): {32: (17.6, 13.2), 64: (21.1, 17.0)},
-}
-
-
 def bench(peak, bw, flush, log, heads, cleans, rows):
     results = []
     log(f"{'shape':>14} {'mode':>9} {'H':>3} {'clean':>5} {'us':>9} {'TFLOP/s':>8} {'%peak':>6} {'floor':>8} {'x floor':>7} {'DeepGEMM':>8} {'vs DG':>6}")
@@ -194,7 +179,7 @@ def bench(peak, bw, flush, log, heads, cleans, rows):
                 tflops = flops / (t * 1e-6) / 1e12
                 out_bytes = 4 * (M * N if clean else pairs)
                 floor = max(flops / (peak * 1e12), out_bytes / (bw * 1e9)) * 1e6
-                dg = DEEPGEMM[(mode, M, N)][H][0 if clean else 1]
+                dg = deepgemm_h200_us(mode, M, N, H, clean)
                 log(f"{M:>6}x{N:<7} {mode:>9} {H:>3} {int(clean):>5} {t:9.1f} {tflops:8.1f} {100 * tflops / peak:6.1f} {floor:8.1f} {t / floor:7.2f} {dg:8.1f} {dg / t:6.2f}")
                 results.append(dict(mode=mode, M=M, N=N, H=H, clean=clean, us=t, tflops=tflops, pct_peak=100 * tflops / peak,
                                     floor_us=floor, deepgemm_us=dg))
