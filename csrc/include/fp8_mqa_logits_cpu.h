@@ -7,13 +7,14 @@ namespace aiter {
 
 // The CPU path's tunables (the shared tunables header covers the device kernels only).
 namespace cpu {
-// Keys per transposed K block ([D][kKeyBlock] floats): 32 KiB at D = 128, about an L1 data cache,
-// and a multiple of every SIMD micro-tile width (16, 32 or 64 keys).
+// Keys per transposed K block ([depth][kKeyBlock] 32-bit words, depth = D or D/2): 32 or 16 KiB at
+// D = 128, within an L1 data cache, and a multiple of every micro-tile width (16 or 64 keys).
 constexpr int kKeyBlock = 64;
 // Query rows sharing one transposed K block. 16 rows reuse each decoded key 16 * H times, which
-// makes the decode/transpose cost negligible next to the dot products.
+// makes the decode/transpose cost small next to the dot products (32 or 64 measured within noise of
+// 16 on 1024x8192, and coarser tasks balance worse).
 constexpr int kMaxRowsPerTask = 16;
-// Decoded Q of one task ([rows][H][D] floats) stays under this many bytes; rows shrink (to 1) for
+// Decoded Q of one task ([rows][H][depth] words) stays under this many bytes; rows shrink (to 1) for
 // very large H * D so the per-thread scratch stays within a few MiB.
 constexpr long kQScratchBytes = 1L << 20;
 // Work items per thread the task split aims for, so that dynamic scheduling evens out windows of
@@ -25,10 +26,8 @@ constexpr int kTasksPerThread = 8;
 // Precondition: `p` was validated by the binding (shapes, strides, M > 0, N > 0).
 // Every in-window element is written; outside the window, -inf when p.clean_logits, else untouched.
 // Bitwise deterministic: each element is summed in a fixed order (d ascending, then h ascending)
-// whatever the thread count or task split.
+// whatever the thread count or task split. The SIMD variant is the best this CPU runs;
+// AITER_FP8_MQA_CPU_SIMD=generic|avx2|avx512|avx512bf16 caps it (to test the narrower ones).
 void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p);
-
-// The SIMD variant this machine runs: "avx512", "avx2" or "generic".
-const char* fp8_mqa_logits_cpu_simd();
 
 }  // namespace aiter

@@ -7,20 +7,24 @@
 // Layouts: q [M][H][D] and kv [N][D] e4m3fn bytes (contiguous); kv_scales [N] f32; weights [M][H] f32
 // with row stride weights_stride; ks, ke [M] i32; out [M][N] f32 with row stride out_stride.
 //
-// Scheme. A task is (a block of <= 16 query rows) x (a chunk of keys). It decodes its rows' Q to float
-// [row][h][d] once, then walks its key chunk clipped to the union of its rows' windows in blocks of
-// 64 keys. Each block is decoded and transposed to float Kt[d][64], so that one SIMD vector holds
-// consecutive keys; the micro-kernel keeps HG heads x NV vectors of accumulators in registers,
-// broadcasts one Q value per head and d, and multiplies it into the NV key vectors.
+// Scheme. A task is (a block of <= 16 query rows) x (a chunk of keys). It decodes its rows' Q once,
+// then walks its key chunk, clipped to the union of its rows' windows, in blocks of 64 keys. Each block
+// is decoded and transposed to Kt[depth][64] so that one SIMD vector holds consecutive keys; the
+// micro-kernel keeps HG heads x NV vectors of accumulators in registers, broadcasts one Q element per
+// head and depth step, and multiplies it into the NV key vectors. Two operand formats:
+//   fp32        depth = D; acc += q * k (one FMA per product). Variants avx512, avx2, generic.
+//   bf16 pairs  depth = ceil(D / 2); (d, d+1) packed in 32 bits, vdpbf16ps adds both products per
+//               lane: twice the products per instruction. Variant avx512bf16 (Zen 4, Sapphire Rapids).
+// The best variant the CPU runs is picked at run time (no -march flags needed).
 //
-// Precision and determinism. A product of two e4m3 values has at most 8 significant bits, so it is
-// exact in fp32 and fma(q, k, acc) rounds exactly like acc + q * k: the only rounding is the fp32 sum,
-// taken in d order, then the scale, relu and head sum in h order. Every key lane runs that same
-// sequence, so an element's value does not depend on which task, block or lane computed it: the
-// output is bitwise identical for any thread count. (The SIMD variants may differ from each other in
-// the last bit of the head sum, where an FMA-capable variant contracts relu(.) * w + sum.)
-// The scale is applied before the relu, exactly as written, so the CPU path does not even need the
-// kv_scale > 0 precondition that the device kernels rely on.
+// Precision and determinism. e4m3 values are exact in bf16 and fp32, and a product of two has at most
+// 8 significant bits, so every product is exact: the only rounding is the fp32 sum over d (in a fixed
+// order), then the scale, relu and the head sum in h order. Every key lane runs that same sequence,
+// so an element's value does not depend on which task, block or lane computed it: the output is
+// bitwise identical for any thread count. The variants may differ from each other in the last bits
+// (pairwise vs sequential d sums; FMA contraction of relu(.) * w + sum). The scale is applied before
+// the relu, exactly as written, so the CPU path does not even need the kv_scale > 0 precondition the
+// device kernels rely on.
 #include "fp8_mqa_logits_cpu.h"
 
 #include <ATen/Parallel.h>
@@ -417,8 +421,6 @@ struct AlignedScratch {
 };
 
 }  // namespace
-
-const char* fp8_mqa_logits_cpu_simd() { return pick_variant().name; }
 
 void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p) {
   if (p.M <= 0 || p.N <= 0) return;
