@@ -377,11 +377,11 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
     total = max(total, meta.get("vgpr_count", 0))
     lds = meta.get("group_segment_fixed_size", 0)
     scratch = meta.get("private_segment_fixed_size", 0)
-    spills = meta.get("vgpr_spill_count", 0) + meta.get("sgpr_spill_count", 0)
     all_ops = Counter(i.op for b in k.blocks for i in b.insts if i.op != "#marker")
     lines.append(
         f"{k.name}: VGPR {vgpr}, AGPR {agpr} (total {total}/{REG_BUDGET}), SGPR {meta.get('sgpr_count')}, "
-        f"LDS {lds} B/{LDS_BUDGET}, scratch {scratch} B, spills {spills}; occupancy 1 workgroup/CU = "
+        f"LDS {lds} B/{LDS_BUDGET}, scratch {scratch} B, spills VGPR {meta.get('vgpr_spill_count', 0)} "
+        f"SGPR {meta.get('sgpr_spill_count', 0)} (to VGPR lanes); occupancy 1 workgroup/CU = "
         f"{WAVES_PER_SIMD} waves/SIMD; {sum(all_ops.values())} instructions"
     )
     if total > REG_BUDGET:
@@ -389,8 +389,9 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
     if lds > LDS_BUDGET:
         fails.append(f"{k.name}: LDS {lds} > {LDS_BUDGET}")
     scratch_ops = [op for op in all_ops if op.startswith("scratch_")]
-    if scratch or spills or scratch_ops:
-        fails.append(f"{k.name}: scratch used (private {scratch} B, spills {spills}, ops {scratch_ops})")
+    vgpr_spills = meta.get("vgpr_spill_count", 0)
+    if scratch or vgpr_spills or scratch_ops:
+        fails.append(f"{k.name}: scratch used (private {scratch} B, VGPR spills {vgpr_spills}, ops {scratch_ops})")
     loops = stage_loops(k.blocks)
     if not loops:
         fails.append(f"{k.name}: no loop holding {MFMA}")
@@ -408,6 +409,10 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
             fails.append(f"{tag}: no {PERMLANE}")
         if ops["s_nop"]:
             fails.append(f"{tag}: {ops['s_nop']} s_nop")
+        # SGPRs spilled into VGPR lanes are no scratch, but spill code in the loop is extra VALU.
+        lane_spill = ops["v_writelane_b32"] + ops["v_readlane_b32"]
+        if lane_spill:
+            fails.append(f"{tag}: {lane_spill} SGPR spill/reload (v_writelane/v_readlane) in the loop")
         packed = sorted(op for op in ops if op in PACKED_FP32)
         if packed:
             fails.append(f"{tag}: packed fp32 math {packed}")

@@ -332,27 +332,23 @@ struct Fp8MqaLogitsGfx950 {
     uint32_t scale_dma;           // kv_scale DMA voffset
     uint32_t bread[kSteps][2];    // ds_read_b128 offsets of the B fragment (first sub-tile)
     uint32_t sread;               // ds_read_b32 offset of the kv_scale (first sub-tile)
-    uint32_t st[kSubTiles][2];    // store voffsets per sub-tile and pair half
-    int col;                      // stage-local key of the first sub-tile
+    uint32_t st[2];               // store voffsets per pair half (first sub-tile; +128 B per sub-tile)
   };
 
   __device__ LaneConsts lane_consts() const {
     LaneConsts c;
-    #pragma unroll
+#pragma unroll
     for (int d = 0; d < 2; ++d)
       c.dma[d] = d < g.dmas_per_wave ? dma_voffset(geo(), wave, d, lane) : 0u;
     c.scale_dma = uint32_t(lane) * 4u;
     const int sub0 = wave_subtile(geo(), wave, 0);
-    #pragma unroll
+#pragma unroll
     for (int s = 0; s < kSteps; ++s)
-      #pragma unroll
+#pragma unroll
       for (int q = 0; q < 2; ++q) c.bread[s][q] = uint32_t(b_read_offset(geo(), sub0, lane, s, q));
     c.sread = uint32_t(scale_read_offset(geo(), wave, 0, lane));
-    #pragma unroll
-    for (int j = 0; j < kSubTiles; ++j)
-      #pragma unroll
-      for (int h = 0; h < 2; ++h) c.st[j][h] = store_offset(sub0 + j, lane, h);
-    c.col = sub0 * kTileCols + lane % 32;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) c.st[h] = store_offset(sub0, lane, h);
     return c;
   }
 
@@ -362,13 +358,13 @@ struct Fp8MqaLogitsGfx950 {
     v4f w[kTilesPerWave][4];        // w of the 16 heads each lane's accumulator elements hold
     uint64_t out_row[RPW];          // byte address of the row in out (uniform)
     int valid[RPW];
-    int ws[PPW], we[PPW];           // lanes 0-31: row 2p's window, lanes 32-63: row 2p+1's
+    uint32_t window_addr[PPW];      // LDS address of the (s, e) of the pair row this lane stores
   };
 
   __device__ void load_rows(WaveRows& R) const {
     const int4* rows = at<int4>(L::seg_rows);
     int4 info[RPW];
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < RPW; ++r) {
       const int4 v = rows[wave_row_slot(geo(), wave, r)];
       info[r] = make_int4(uniform(v.x), uniform(v.y), uniform(v.z), 0);
@@ -376,32 +372,30 @@ struct Fp8MqaLogitsGfx950 {
       const int row = R.valid[r] ? info[r].x : 0;
       R.out_row[r] = uint64_t(a.out) + uint64_t(row) * uint64_t(a.out_stride) * 4u;
     }
-    #pragma unroll
-    for (int p = 0; p < PPW; ++p) {
-      const int4 ra = info[2 * p], rb = info[2 * p + 1];
-      R.ws[p] = lane < 32 ? ra.y : rb.y;
-      R.we[p] = lane < 32 ? (ra.x >= 0 ? ra.z : 0) : (rb.x >= 0 ? rb.z : 0);
-    }
-    #pragma unroll
+#pragma unroll
+    for (int p = 0; p < PPW; ++p)
+      R.window_addr[p] = uint32_t(L::seg_rows +
+                                  16 * wave_row_slot(geo(), wave, 2 * p + (lane < 32 ? 0 : 1)));
+#pragma unroll
     for (int t = 0; t < kTilesPerWave; ++t) {
       const int r = tile_row(geo(), t);
       const int row = R.valid[r] ? info[r].x : 0;  // a missing row computes on row 0, never stored
       const int head = tile_head0(geo(), t) + lane % 32;
       const uint8_t* qrow = a.q + (int64_t(row) * H + head) * kHeadDim;
-      #pragma unroll
+  #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         const v4i lo = *reinterpret_cast<const v4i*>(qrow + frag_chunk(lane, s, 0) * kChunkBytes);
         const v4i hi = *reinterpret_cast<const v4i*>(qrow + frag_chunk(lane, s, 1) * kChunkBytes);
         R.qa[t][s] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
       }
       const float* wrow = a.w + int64_t(row) * a.w_stride + tile_head0(geo(), t);
-      #pragma unroll
+  #pragma unroll
       for (int v = 0; v < 16; ++v) R.w[t][v / 4][v % 4] = wrow[c_row(lane, v)];
     }
     // Q and w must be in registers before the loop: the compiler's own wait for them lands here,
     // and the explicit vmcnt(0) also retires the prologue DMAs, whose count the loop's hand-placed
     // waits do not model.
-    #pragma unroll
+#pragma unroll
     for (int t = 0; t < kTilesPerWave; ++t)
       asm volatile("" : "+v"(R.qa[t][0]), "+v"(R.qa[t][1]), "+v"(R.w[t][0]), "+v"(R.w[t][1]),
                    "+v"(R.w[t][2]), "+v"(R.w[t][3]));
@@ -437,16 +431,17 @@ struct Fp8MqaLogitsGfx950 {
   "buffer_load_dwordx4 %[dv0], %[rk], 0 offen lds\n\t"                  \
   "buffer_load_dwordx4 %[dv1], %[rk], 0 offen offset:1024 lds\n\t"      \
   "buffer_load_dword %[sv], %[rs], 0 offen offset:%[so] lds"
-#define GFX950_STAGE_OPERANDS                                                       \
-  [dv0] "v"(c.dma[0]), [dv1] "v"(c.dma[1]), [sv] "v"(c.scale_dma), [rk] "s"(st.rk), \
-    [rs] "s"(st.rs), [so] "n"(scale_inst_offset(geo())), [wait] "n"(g.vmcnt_wait), "{m0}"(st.m0)
+#define GFX950_STAGE_OPERANDS                                                              \
+  [dv0] "v"(c.dma[0]), [sv] "v"(c.scale_dma), [rk] "s"(st.rk), [rs] "s"(st.rs),               \
+      [so] "n"(scale_inst_offset(geo())), [wait] "n"(g.vmcnt_wait), "{m0}"(st.m0)
 
   // Prologue: no wait; s_nop 0 is the wait state an M0 write needs before an LDS DMA reads it.
   __device__ __forceinline__ void issue_prologue(const StageLoad& st, const LaneConsts& c) const {
     if constexpr (g.dmas_per_wave == 1)
       asm volatile("s_nop 0\n\t" GFX950_STAGE_DMAS_1 ::GFX950_STAGE_OPERANDS : "memory");
     else
-      asm volatile("s_nop 0\n\t" GFX950_STAGE_DMAS_2 ::GFX950_STAGE_OPERANDS : "memory");
+      asm volatile("s_nop 0\n\t" GFX950_STAGE_DMAS_2 ::GFX950_STAGE_OPERANDS, [dv1] "v"(c.dma[1])
+                   : "memory");
   }
   // Loop: wait until this wave's loads of the stage about to be read are done (vmcnt counts every
   // VMEM op issued after them: loads of the next D-1 stages and the stores of D stages), and its
@@ -460,124 +455,271 @@ struct Fp8MqaLogitsGfx950 {
                    : "memory");
     else
       asm volatile("s_waitcnt vmcnt(%[wait]) lgkmcnt(0)\n\ts_barrier\n\t" GFX950_STAGE_DMAS_2
-                   "\n\t; gfx950-stage-vmem %[vm]" ::GFX950_STAGE_OPERANDS,
+                   "\n\t; gfx950-stage-vmem %[vm]" ::GFX950_STAGE_OPERANDS, [dv1] "v"(c.dma[1]),
                    [vm] "n"(g.loads_per_stage + g.stores_per_stage)
                    : "memory");
   }
 #undef GFX950_STAGE_OPERANDS
 
-  // Row-pair reduction of two tails: merge each row's even/odd chains, swap lane halves between
-  // the rows of a pair, add. Result: lanes 0-31 row A, lanes 32-63 row B. The swaps read values
-  // written >= 2 instructions earlier (the VALU -> v_permlane32_swap hazard), with no s_nop.
-  __device__ __forceinline__ void reduce_two(float& x, float& y, float ax0, float ax1, float bx0,
-                                             float bx1, float ay0, float ay1, float by0,
-                                             float by1) const {
-    float bx, by;
-    asm("v_add_f32 %0, %4, %5\n\t"
-        "v_add_f32 %1, %6, %7\n\t"
-        "v_add_f32 %2, %8, %9\n\t"
-        "v_add_f32 %3, %10, %11\n\t"
+  // Row-pair reduction of two tails, in place on the rows' chains (a = row A, b = row B of a pair;
+  // *e = even chain, *o = odd chain): merge the chains, swap lane halves between the rows, and
+  // scale pair x's row-A half (the instruction the second swap needs between its producers and
+  // itself: a VALU write needs 2 wait states before a v_permlane32_swap reads it). Afterwards
+  //   pair x = fma(bxe, sx, axe),  pair y = (aye + bye) * sy
+  // hold row A in lanes 0-31 and row B in lanes 32-63. Every register the asm writes is read
+  // afterwards, so the compiler cannot hand one to the very next instruction (it pads a VALU that
+  // touches an inline asm's output within one wait state).
+  __device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, float& bye,
+                                             float axo, float bxo, float ayo, float byo,
+                                             float sx) const {
+    asm("v_add_f32 %0, %0, %4\n\t"
+        "v_add_f32 %1, %1, %5\n\t"
+        "v_add_f32 %2, %2, %6\n\t"
+        "v_add_f32 %3, %3, %7\n\t"
         "v_permlane32_swap_b32 %0, %1\n\t"
-        "v_add_f32 %0, %0, %1\n\t"
-        "v_permlane32_swap_b32 %2, %3\n\t"
-        "v_add_f32 %2, %2, %3"
-        : "=&v"(x), "=&v"(bx), "=&v"(y), "=&v"(by)
-        : "v"(ax0), "v"(ax1), "v"(bx0), "v"(bx1), "v"(ay0), "v"(ay1), "v"(by0), "v"(by1));
+        "v_mul_f32 %0, %0, %8\n\t"
+        "v_permlane32_swap_b32 %2, %3"
+        : "+v"(axe), "+v"(bxe), "+v"(aye), "+v"(bye)
+        : "v"(axo), "v"(bxo), "v"(ayo), "v"(byo), "v"(sx));
   }
 
-  // Scale, mask and store one reduced row pair of sub-tile j.
+  // The previous stage's deferred work: the epilogue of its last tile-step and the row-pair tails
+  // that epilogue completes. Loop-carried registers; before the first stage a dummy whose stores
+  // go to empty resources (so every iteration still issues the same VMEM count).
+  struct Carry {
+    v16f acc;
+    float part[kSubTiles][RPW][2];
+    float scale[kSubTiles];
+    int k0;
+    bool live;  // false before the first stage: its stores go to empty resources
+  };
+
+  // Mask and store one reduced, scaled row pair of sub-tile j of the stage at k0. The pair's two
+  // row resources are built here, just before use, to keep SGPR pressure low.
   template <bool MASKED>
-  __device__ __forceinline__ void store_pair(float x, float scale, int j, int p, int k0,
-                                             const v4i (&rrow)[RPW], const WaveRows& R,
-                                             const LaneConsts& c) const {
-    float v = x * scale;
-    uint32_t off_a = c.st[j][0], off_b = c.st[j][1];
+  __device__ __forceinline__ void store_pair(float v, int j, int p, int k0, bool live,
+                                             const WaveRows& R, const LaneConsts& c) const {
+    uint32_t off_a = c.st[0], off_b = c.st[1];
     if constexpr (MASKED) {
-      const int n = k0 + c.col + kTileCols * j;
-      const bool in = n >= R.ws[p] && n < R.we[p];
+      // Row windows (s, e) from the block table; a missing row has e = 0: never inside.
+      const int4 w = *at<int4>(int(R.window_addr[p]));
+      const int n = k0 + wave_subtile(geo(), wave, j) * kTileCols + lane % 32;
+      const bool in = n >= w.y && n < w.z;
       const bool keep = in || a.clean != 0;
       v = in ? v : -__builtin_inff();
       off_a = keep ? off_a : kOutOfRange;
       off_b = keep ? off_b : kOutOfRange;
     }
-    buffer_store_f32(v, rrow[2 * p], off_a, 0, 0);
-    buffer_store_f32(v, rrow[2 * p + 1], off_b, 0, 0);
+    const uint32_t bytes = uint32_t(a.N - k0) * 4u;
+    const v4i ra = make_rsrc(R.out_row[2 * p] + uint64_t(k0) * 4u,
+                             live && R.valid[2 * p] ? bytes : 0u);
+    const v4i rb = make_rsrc(R.out_row[2 * p + 1] + uint64_t(k0) * 4u,
+                             live && R.valid[2 * p + 1] ? bytes : 0u);
+    // Sub-tile j is 32 keys (128 B) further: an instruction offset, which the range check includes.
+    buffer_store_f32(v, ra, off_a + j * kTileCols * 4, 0, 0);
+    buffer_store_f32(v, rb, off_b + j * kTileCols * 4, 0, 0);
   }
 
+  // Tail groups: the permlane asm takes tails (2k, 2k+1) together; group k holds the pairs of
+  // tail_subtile(2k+1), complete after that sub-tile's last epilogue. reduce_group runs the asm on
+  // the chains in place; store_group finishes the sums, masks and stores.
+  struct TailIndex {
+    int jx, px, jy, py;
+  };
+  static constexpr __device__ TailIndex tail_index(int k) {
+    return TailIndex{tail_subtile(geo(), 2 * k), tail_pair(geo(), 2 * k),
+                     tail_subtile(geo(), 2 * k + 1), tail_pair(geo(), 2 * k + 1)};
+  }
+  __device__ __forceinline__ void reduce_group(int k, float (&part)[kSubTiles][RPW][2],
+                                               const float (&scale)[kSubTiles]) const {
+    const TailIndex ti = tail_index(k);
+    float(&x)[RPW][2] = part[ti.jx];
+    float(&y)[RPW][2] = part[ti.jy];
+    reduce_two(x[2 * ti.px][0], x[2 * ti.px + 1][0], y[2 * ti.py][0], y[2 * ti.py + 1][0],
+               x[2 * ti.px][1], x[2 * ti.px + 1][1], y[2 * ti.py][1], y[2 * ti.py + 1][1],
+               scale[ti.jx]);
+  }
+  template <bool MASKED>
+  __device__ __forceinline__ void store_group(int k, const float (&part)[kSubTiles][RPW][2],
+                                              const float (&scale)[kSubTiles], int k0, bool live,
+                                              const WaveRows& R, const LaneConsts& c) const {
+    const TailIndex ti = tail_index(k);
+    const float vx = __builtin_fmaf(part[ti.jx][2 * ti.px + 1][0], scale[ti.jx],
+                                    part[ti.jx][2 * ti.px][0]);
+    const float vy = (part[ti.jy][2 * ti.py][0] + part[ti.jy][2 * ti.py + 1][0]) * scale[ti.jy];
+    store_pair<MASKED>(vx, ti.jx, ti.px, k0, live, R, c);
+    store_pair<MASKED>(vy, ti.jy, ti.py, k0, live, R, c);
+  }
+
+  // B fragments of the wave's sub-tile j (ds_read_b128 x 4).
+  __device__ __forceinline__ void read_b(v8i (&b)[kSteps], int slot_off, int j,
+                                         const LaneConsts& c) const {
+    const int off = slot_off + j * subtile_stride(geo());
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const v4i lo = *at<v4i>(int(c.bread[s][0]) + off);
+      const v4i hi = *at<v4i>(int(c.bread[s][1]) + off);
+      b[s] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+    }
+  }
+
+  // Epilogue of one tile: relu, times w, into the row's even/odd chains (fixed order: the row's
+  // first tile starts both chains, elements alternate between them).
+  __device__ __forceinline__ void epilogue(const v16f& acc, int t, const WaveRows& R,
+                                           float (&chain)[RPW][2]) const {
+    const int r = tile_row(geo(), t);
+    const bool first = t % g.head_tiles == 0;
+#pragma unroll
+    for (int v = 0; v < 16; ++v) {
+      const float x = fmaxf(acc[v], 0.f);
+      float& ch = chain[r][v & 1];
+      ch = (first && v < 2) ? x * R.w[t][v / 4][v % 4] : __builtin_fmaf(x, R.w[t][v / 4][v % 4], ch);
+    }
+  }
+
+  static constexpr __device__ bool tail_deferred(int k) {
+    return tail_subtile(geo(), 2 * k + 1) == kSubTiles - 1;
+  }
+
+  // One stage of one wave, software-pipelined over its tile-steps n = (sub-tile j, tile t):
+  //   step n: MFMAs of tile-step n, then the epilogue of tile-step n - 1
+  // and step 0 takes the previous stage's last epilogue (carried in `cy`). Every epilogue thus
+  // starts >= 21 instructions after the MFMA that wrote its accumulator (>= 20 VALU of the
+  // preceding epilogue + 1 MFMA; a 16-pass MFMA result needs 19-20 wait states), so the loop needs
+  // no s_nop, and two accumulators alternate. The row-pair tails a sub-tile's last epilogue
+  // completes run one step later: their permlane asm alone in a scheduling region at the head of
+  // the step (so the next instruction is an MFMA or scalar/memory op, never a VALU touching the
+  // asm's registers, which the compiler would pad), their scale/mask/stores inside the step. H=32
+  // thus stores sub-tile 0 in step 5 and sub-tile 1 in the next stage's step 1; H=64 (one pair per
+  // sub-tile) stores both in the next stage's step 1: the deferred tail.
+  // sched_group_barrier pins MFMA, 12 VALU, MFMA, the rest of the VALU; sched_barrier separates.
   template <bool MASKED>
   __device__ __forceinline__ void stage_body(int k0, int slot, const WaveRows& R,
-                                             const LaneConsts& c) const {
+                                             const LaneConsts& c, Carry& cy) const {
+    constexpr int T = kTilesPerWave;
+    constexpr int STEPS = kSubTiles * T;
     const int slot_off = L::ring + slot * g.slot_bytes;
-    v4i rrow[RPW];
-    #pragma unroll
-    for (int r = 0; r < RPW; ++r)
-      rrow[r] = make_rsrc(R.out_row[r] + uint64_t(k0) * 4u,
-                          R.valid[r] ? uint32_t(a.N - k0) * 4u : 0u);
     float scale[kSubTiles];
-    float part[kSubTiles][RPW][2];
-    #pragma unroll
-    for (int j = 0; j < kSubTiles; ++j) {
-      const int off = slot_off + j * subtile_stride(geo());
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j)
       scale[j] = *at<float>(int(c.sread) + slot_off + j * kTileCols * 4);
-      v8i b[kSteps];
-      #pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        const v4i lo = *at<v4i>(int(c.bread[s][0]) + off);
-        const v4i hi = *at<v4i>(int(c.bread[s][1]) + off);
-        b[s] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
-      }
-      #pragma unroll
-      for (int t = 0; t < kTilesPerWave; ++t) {
-        v16f acc = {};
-        #pragma unroll
-        for (int s = 0; s < kSteps; ++s)
-          acc = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(R.qa[t][s], b[s], acc, 0, 0, 0, 0,
-                                                                0, 0);
-        const int r = tile_row(geo(), t);
-        const bool first = t % g.head_tiles == 0;
-        #pragma unroll
-        for (int v = 0; v < 16; ++v) {
-          const float x = fmaxf(acc[v], 0.f);
-          float& chain = part[j][r][v & 1];
-          chain = (first && v < 2) ? x * R.w[t][v / 4][v % 4]
-                                   : __builtin_fmaf(x, R.w[t][v / 4][v % 4], chain);
+    v8i b[kSubTiles][kSteps];
+    read_b(b[0], slot_off, 0, c);
+    float part[kSubTiles][RPW][2];
+    v16f acc[2];
+#pragma unroll
+    for (int n = 0; n < STEPS; ++n) {
+      const int j = n / T, t = n % T;
+      // Tails completed by the previous step's epilogue: the asm first, alone in its region.
+      bool pending[TAILS / 2] = {};
+#pragma unroll
+      for (int k = 0; k < TAILS / 2; ++k) {
+        if (n == 1 && tail_deferred(k)) {
+          reduce_group(k, cy.part, cy.scale);
+          pending[k] = true;
+        } else if (n > 1 && !tail_deferred(k) && n == (tail_subtile(geo(), 2 * k + 1) + 1) * T + 1) {
+          reduce_group(k, part, scale);
+          pending[k] = true;
         }
       }
-      // Tails whose second member belongs to this sub-tile are complete now.
-      #pragma unroll
-      for (int k = 0; k < TAILS / 2; ++k) {
-        const int ix = 2 * k, iy = 2 * k + 1;
-        if (tail_subtile(geo(), iy) != j) continue;
-        const int jx = tail_subtile(geo(), ix), px = tail_pair(geo(), ix);
-        const int jy = tail_subtile(geo(), iy), py = tail_pair(geo(), iy);
-        float x, y;
-        reduce_two(x, y, part[jx][2 * px][0], part[jx][2 * px][1], part[jx][2 * px + 1][0],
-                   part[jx][2 * px + 1][1], part[jy][2 * py][0], part[jy][2 * py][1],
-                   part[jy][2 * py + 1][0], part[jy][2 * py + 1][1]);
-        store_pair<MASKED>(x, scale[jx], jx, px, k0, rrow, R, c);
-        store_pair<MASKED>(y, scale[jy], jy, py, k0, rrow, R, c);
+      __builtin_amdgcn_sched_barrier(0);
+      v16f x = {};
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+        x = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(R.qa[t][s], b[j][s], x, 0, 0, 0, 0, 0, 0);
+      acc[n & 1] = x;
+      // Next sub-tile's B into the same registers once this sub-tile's last MFMAs have issued;
+      // its LDS latency hides under this step's epilogue.
+      if (t == T - 1 && j + 1 < kSubTiles) read_b(b[j + 1], slot_off, j + 1, c);
+      if (n == 0) {
+        epilogue(cy.acc, T - 1, R, cy.part[kSubTiles - 1]);
+      } else {
+        const int m = n - 1;
+        epilogue(acc[m & 1], m % T, R, part[m / T]);
       }
+#pragma unroll
+      for (int k = 0; k < TAILS / 2; ++k) {
+        if (!pending[k]) continue;
+        if (tail_deferred(k))
+          store_group<MASKED>(k, cy.part, cy.scale, cy.k0, cy.live, R, c);
+        else
+          store_group<MASKED>(k, part, scale, k0, true, R, c);
+      }
+      __builtin_amdgcn_sched_group_barrier(0x008, 1, 0);   // MFMA, step 0
+      __builtin_amdgcn_sched_group_barrier(0x002, 12, 0);  // VALU
+      __builtin_amdgcn_sched_group_barrier(0x008, 1, 0);   // MFMA, step 1
+      if (t == T - 1 && j + 1 < kSubTiles)
+        __builtin_amdgcn_sched_group_barrier(0x100, 2 * kSteps, 0);  // next B, after its last use
+      __builtin_amdgcn_sched_group_barrier(0x002, 64, 0);  // all remaining VALU
+      __builtin_amdgcn_sched_barrier(0);
+    }
+    cy.acc = acc[(STEPS - 1) & 1];
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j) {
+      cy.scale[j] = scale[j];
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        cy.part[j][r][0] = part[j][r][0];
+        cy.part[j][r][1] = part[j][r][1];
+      }
+    }
+    cy.k0 = k0;
+    cy.live = true;
+  }
+
+  // The last stage's deferred work, after the loop (masked form: correct for any stage).
+  __device__ __forceinline__ void drain(const WaveRows& R, const LaneConsts& c, Carry& cy) const {
+    epilogue(cy.acc, kTilesPerWave - 1, R, cy.part[kSubTiles - 1]);
+#pragma unroll
+    for (int k = 0; k < TAILS / 2; ++k)
+      if (tail_deferred(k)) {
+        reduce_group(k, cy.part, cy.scale);
+        store_group<true>(k, cy.part, cy.scale, cy.k0, cy.live, R, c);
+      }
+  }
+
+  // Stages [i0, i1) with one body. Every iteration: hand-placed wait, barrier, loads of stage
+  // i + D into the slot read last iteration, then the body.
+  template <bool MASKED>
+  __device__ __forceinline__ void stage_loop(const BlockFacts& f, int i0, int i1, int i_end,
+                                             int& rd, const WaveRows& R, const LaneConsts& c,
+                                             Carry& cy) const {
+    for (int i = i0; i < i1; ++i) {
+      const int wr = rd == 0 ? g.slots - 1 : rd - 1;
+      issue_in_loop(stage_load(f, i + kPrefetchStages, i_end, wr), c);
+      stage_body<MASKED>(f.w.lo + i * S, rd, R, c, cy);
+      rd = rd + 1 == g.slots ? 0 : rd + 1;
     }
   }
 
   __device__ void compute_stages(const BlockFacts& f, int i_begin, int i_end,
                                  const LaneConsts& c) const {
     constexpr int D = kPrefetchStages;
-    #pragma unroll
+#pragma unroll
     for (int d = 0; d < D; ++d) issue_prologue(stage_load(f, i_begin + d, i_end, d), c);
     WaveRows R;
     load_rows(R);
-    int rd = 0;  // slot of stage i; stage i + D goes to the slot read last iteration
-    for (int i = i_begin; i < i_end; ++i) {
-      const int wr = rd == 0 ? g.slots - 1 : rd - 1;
-      issue_in_loop(stage_load(f, i + D, i_end, wr), c);
-      const int k0 = f.w.lo + i * S;
-      if (stage_is_clean(k0, S, f.max_s, f.min_e))
-        stage_body<false>(k0, rd, R, c);
-      else
-        stage_body<true>(k0, rd, R, c);
-      rd = rd + 1 == g.slots ? 0 : rd + 1;
+    Carry cy;
+    cy.acc = v16f{};
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j) {
+      cy.scale[j] = 0.f;
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) cy.part[j][r][0] = cy.part[j][r][1] = 0.f;
     }
+    cy.k0 = 0;
+    cy.live = false;
+    // Clean stages form one run [c0, c1]; a clean body also finishes the previous stage's deferred
+    // tails, so it needs that stage clean too (or to be the first): masked head, clean, masked tail.
+    const int c0 = f.max_s > f.w.lo ? div_up(f.max_s - f.w.lo, S) : 0;
+    const int c1 = f.min_e - f.w.lo >= S ? (f.min_e - f.w.lo - S) / S : -1;
+    const int clean_begin = min(max(i_begin >= c0 ? i_begin : c0 + 1, i_begin), i_end);
+    const int clean_end = min(max(c1 + 1, clean_begin), i_end);
+    int rd = 0;  // slot of stage i; stage i + D goes to the slot read last iteration
+    stage_loop<true>(f, i_begin, clean_begin, i_end, rd, R, c, cy);
+    stage_loop<false>(f, clean_begin, clean_end, i_end, rd, R, c, cy);
+    stage_loop<true>(f, clean_end, i_end, i_end, rd, R, c, cy);
+    drain(R, c, cy);
     // Retire this wave's DMAs before another segment reuses the ring.
     asm volatile("s_waitcnt vmcnt(0)" ::: "memory");
     sync_threads();
@@ -621,18 +763,26 @@ struct Fp8MqaLogitsGfx950 {
     }
   }
 
-  // Balanced grid: walk the blocks overlapping this workgroup's share of the units.
+  // The segments of this workgroup: balanced, the blocks overlapping its share [u0, u1) of all
+  // units; fixed grid, units [u0, u1) of its one block b0. One walker for both, so each pass's
+  // code (the stage loops above all) exists once per kernel.
   template <bool COMPUTE>
-  __device__ void balanced_pass(int blocks, int u0, int u1, const LaneConsts& c) const {
+  __device__ void pass(bool balanced, int blocks, int b0, int u0, int u1,
+                       const LaneConsts& c) const {
     const int* bpre = at<int>(L::blk_pre);
-    int lo = 0, hi = blocks - 1;  // largest b with bpre[b] <= u0
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (uniform(bpre[mid]) <= u0) lo = mid; else hi = mid - 1;
+    int b = b0;
+    if (balanced) {  // largest b with bpre[b] <= u0
+      int lo = 0, hi = blocks - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (uniform(bpre[mid]) <= u0) lo = mid; else hi = mid - 1;
+      }
+      b = lo;
     }
-    for (int b = lo, u = u0; u < u1 && b < blocks; ++b) {
-      const int base = uniform(bpre[b]), next = uniform(bpre[b + 1]);
-      if (next > u) segment<COMPUTE>(b, u - base, min(u1, next) - base, true, c);
+    for (int u = u0; u < u1 && b < blocks; ++b) {
+      const int base = balanced ? uniform(bpre[b]) : 0;
+      const int next = balanced ? uniform(bpre[b + 1]) : u1;
+      if (next > u) segment<COMPUTE>(b, u - base, min(u1, next) - base, balanced, c);
       u = max(u, next);
     }
   }
@@ -640,25 +790,26 @@ struct Fp8MqaLogitsGfx950 {
   __device__ void run() const {
     const LaneConsts c = lane_consts();
     const int blocks = (a.M + g.block_rows - 1) / g.block_rows;
-    if (a.split_n == 0) {
+    const bool balanced = a.split_n == 0;
+    int b0 = 0, u0, u1;
+    if (balanced) {
       build_plan(blocks);
       const int total = uniform(at<int>(L::blk_pre)[blocks]);
       const int wg = __builtin_amdgcn_workgroup_id_x();
-      const int u0 = int(share_begin(total, a.num_wgs, wg));
-      const int u1 = int(share_begin(total, a.num_wgs, wg + 1));
-      if (u0 >= u1) return;
-      balanced_pass<true>(blocks, u0, u1, c);
-      balanced_pass<false>(blocks, u0, u1, c);
+      u0 = int(share_begin(total, a.num_wgs, wg));
+      u1 = int(share_begin(total, a.num_wgs, wg + 1));
     } else {
       const int bx = __builtin_amdgcn_workgroup_id_x();
-      const int b = a.reverse_rows ? blocks - 1 - bx : bx;
+      b0 = a.reverse_rows ? blocks - 1 - bx : bx;
       const int y = __builtin_amdgcn_workgroup_id_y();
-      const BlockFacts f = setup_block(b, false);
-      const int u0 = int(share_begin(f.w.units, a.split_n, y));
-      const int u1 = int(share_begin(f.w.units, a.split_n, y + 1));
-      segment<true>(b, u0, u1, false, c);
-      segment<false>(b, u0, u1, false, c);
+      const int units = setup_block(b0, false).w.units;
+      sync_threads();  // setup_block's row table is rebuilt by the first segment
+      u0 = int(share_begin(units, a.split_n, y));
+      u1 = int(share_begin(units, a.split_n, y + 1));
     }
+    if (u0 >= u1) return;
+    pass<true>(balanced, blocks, b0, u0, u1, c);
+    pass<false>(balanced, blocks, b0, u0, u1, c);
   }
 };
 
