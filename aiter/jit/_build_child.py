@@ -7,9 +7,15 @@ checks that it links and loads before the parent renames it into the cache.
 """
 
 import json
+import os
 import sys
 
-from torch.utils.cpp_extension import load
+# A script's own directory comes first on sys.path: drop it, so that no file in aiter/jit/ (core.py,
+# ...) can shadow a module that torch imports.
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+from torch.utils.cpp_extension import load  # noqa: E402
 
 
 def main(job_path: str) -> int:
