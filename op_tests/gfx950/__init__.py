@@ -1,0 +1,1 @@
+"""Host-side test support for the gfx950 kernel (no AMD GPU needed)."""

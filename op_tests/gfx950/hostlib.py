@@ -1,0 +1,104 @@
+"""Build and load the host test library of the gfx950 kernel: emulator.cpp + layout_shim.cpp,
+compiled with g++ from the kernel's own layout header (a second or two; cached by content hash)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parents[1] / "csrc" / "include"
+SOURCES = (HERE / "emulator.cpp", HERE / "layout_shim.cpp")
+HEADERS = (INCLUDE / "fp8_mqa_logits_gfx950_layout.h", INCLUDE / "fp8_mqa_logits_tunables.h")
+FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC"]
+
+i32p = ctypes.POINTER(ctypes.c_int32)
+u8p = ctypes.POINTER(ctypes.c_uint8)
+f32p = ctypes.POINTER(ctypes.c_float)
+
+
+def compiler() -> str | None:
+    for cand in (os.environ.get("CXX"), "/usr/bin/g++", "g++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    c_int, c_ll, c_double = ctypes.c_int, ctypes.c_longlong, ctypes.c_double
+    lib.gfx950_emulate.argtypes = [u8p, u8p, f32p, f32p, i32p, i32p, f32p, c_int, c_int, c_int,
+                                   c_ll, c_ll, c_int, c_int, c_int, c_int, i32p]
+    lib.gfx950_emulate.restype = c_int
+    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, i32p, i32p]
+    lib.gfx950_balanced_plan.restype = c_int
+    lib.gfx950_fp8_to_float.argtypes = [c_int]
+    lib.gfx950_fp8_to_float.restype = ctypes.c_float
+    lib.gfx950_geometry.argtypes = [c_int, c_int, i32p]
+    lib.gfx950_plan_launch.argtypes = [c_ll, c_ll, c_int, c_int, c_int, c_int, i32p]
+    lib.gfx950_plan_launch.restype = None
+    lib.gfx950_fixed_grid_makespan.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int, c_int]
+    lib.gfx950_fixed_grid_makespan.restype = c_double
+    lib.gfx950_choose_split_n.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int]
+    lib.gfx950_block_work.argtypes = [c_int] * 6 + [i32p]
+    lib.gfx950_block_work.restype = None
+    lib.gfx950_dma.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_dma.restype = None
+    lib.gfx950_tail.argtypes = [c_int, c_int, c_int, i32p]
+    lib.gfx950_store_offset.restype = ctypes.c_uint
+    return lib
+
+
+@lru_cache(maxsize=1)
+def load() -> ctypes.CDLL:
+    cxx = compiler()
+    if cxx is None:
+        raise RuntimeError("no host C++ compiler (g++) to build the gfx950 host tests")
+    digest = hashlib.sha256()
+    for p in SOURCES + HEADERS:
+        digest.update(p.read_bytes())
+    digest.update(" ".join([cxx] + FLAGS).encode())
+    out_dir = Path(tempfile.gettempdir()) / "aiter_gfx950_hosttests"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib_path = out_dir / f"libgfx950_host_{digest.hexdigest()[:16]}.so"
+    if not lib_path.exists():
+        tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, *FLAGS, f"-I{INCLUDE}", "-o", str(tmp), *map(str, SOURCES)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building the gfx950 host test library failed:\n{' '.join(cmd)}\n{proc.stderr}")
+        os.replace(tmp, lib_path)  # atomic: concurrent builders agree on the file
+    return _declare(ctypes.CDLL(str(lib_path)))
+
+
+def ptr(t, ctype):
+    """ctypes pointer to a contiguous CPU tensor's data."""
+    assert t.is_contiguous() and t.device.type == "cpu"
+    return ctypes.cast(t.data_ptr(), ctypes.POINTER(ctype))
+
+
+GEOMETRY_FIELDS = (
+    "heads", "head_tiles", "rows_per_wave", "pairs_per_wave", "row_groups", "key_groups",
+    "block_rows", "stage_keys", "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes",
+    "slots", "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows",
+    "plan_blocks",
+)
+
+
+def geometry(heads: int, small: bool) -> dict:
+    lib = load()
+    buf = (ctypes.c_int32 * 32)()
+    n = lib.gfx950_geometry(heads, int(small), buf)
+    assert n > 0, f"geometry_ok failed for heads={heads} small={small}"
+    return dict(zip(GEOMETRY_FIELDS, buf[:n]))
+
+
+def plan_launch(M, N, heads, split_n, num_cus, clean) -> dict:
+    buf = (ctypes.c_int32 * 8)()
+    load().gfx950_plan_launch(M, N, heads, split_n, num_cus, int(clean), buf)
+    return dict(zip(("small", "balanced", "blocks", "grid_x", "grid_y", "split_n", "reverse_rows"), buf[:7]))
