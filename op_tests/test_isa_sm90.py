@@ -18,10 +18,12 @@ def sass(body: str) -> str:
     return f"\n\tcode for sm_90a\n\t\tFunction : {NAME}\n{body}\n"
 
 
-LOOP = """        /*0100*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
-        /*0110*/                   FADD R1, |R2|, R2 ;
-        /*0120*/                   FFMA R3, R1, R4, R3 ;
-        /*0130*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT ;"""
+LOOP = """        /*0100*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT ;
+        /*0110*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0120*/                   FADD R1, |R2|, R2 ;
+        /*0130*/                   FFMA R3, R1, R4, R3 ;
+        /*0140*/               @P0 BRA 0x100 ;
+        /*0150*/                   EXIT ;"""
 
 
 def test_clean_kernel_passes():
@@ -37,7 +39,7 @@ def test_missing_qgmma_fails():
 
 
 def test_local_memory_fails():
-    failures, _ = evaluate(sass(LOOP + "\n        /*0140*/                   STL [R1], R14 ;"), GOOD_LOG)
+    failures, _ = evaluate(sass(LOOP + "\n        /*0160*/                   STL [R1], R14 ;"), GOOD_LOG)
     assert any("local memory" in f for f in failures)
 
 

@@ -71,12 +71,25 @@ def _ptxas_report(log: str) -> dict:
 
 
 def _math_loop_mix(text: str) -> collections.Counter:
-    """Opcode counts between the first 'DEPBAR.LE gsb0, 0x1' and the QGMMA after it: one pipeline step."""
+    """Opcode counts of one math-loop iteration: from the wgmma wait after the first QGMMA to the
+    branch back to (or the next) QGMMA."""
     lines = [ln for ln in text.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", ln)]
-    start = next((i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln), None)
+    addr = [int(re.match(r"\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
+    first_mma = next((i for i, ln in enumerate(lines) if "QGMMA" in ln), None)
+    if first_mma is None:
+        return collections.Counter()
+    start = next((i for i in range(first_mma, len(lines)) if "WARPGROUP.DEPBAR" in lines[i]), None)
     if start is None:
         return collections.Counter()
-    end = next((i for i in range(start + 1, len(lines)) if "QGMMA" in lines[i]), len(lines))
+    end = len(lines)
+    for i in range(start + 1, len(lines)):
+        if "QGMMA" in lines[i]:
+            end = i
+            break
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", lines[i])
+        if m and int(m.group(1), 16) <= addr[first_mma]:
+            end = i + 1
+            break
     mix = collections.Counter()
     for ln in lines[start:end]:
         tokens = ln.split("*/", 1)[1].split()
@@ -104,7 +117,7 @@ def evaluate(sass: str, ptxas_log: str):
                        f"spills {info.get('spill_st', '?')}/{info.get('spill_ld', '?')} B, QGMMA x{qgmma}, LDL/STL x{local}")
         if mix:
             top = ", ".join(f"{op} {n}" for op, n in mix.most_common(10))
-            summary.append(f"    code of one math step (incl. the per-block branch): {sum(mix.values())} "
+            summary.append(f"    one math-loop iteration (code, incl. the per-block branch): {sum(mix.values())} "
                            f"instructions ({top})")
         if qgmma == 0:
             failures.append(f"{name}: no QGMMA")

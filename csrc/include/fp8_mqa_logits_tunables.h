@@ -8,9 +8,24 @@ namespace aiter {
 // NVIDIA Hopper (sm_90a), csrc/kernels/fp8_mqa_logits_sm90.cu
 // ---------------------------------------------------------------------------------------------
 namespace sm90 {
-// Columns of the Q tile, as (row, head) pairs: 256 = 8 rows at H=32, 4 rows at H=64. Each K tile
-// pulled into shared memory then serves 256 columns, half the L2 traffic per FLOP of a 128 tile.
-constexpr int kQTileCols = 256;
+// Math warpgroups. Each owns 128 Q-tile columns (wgmma m64n128k32: A = 64 keys, B = its columns), and
+// all of them consume every K tile. 2: two accumulators each, so a warpgroup's next MMA runs under
+// its own epilogue. 3: one accumulator each; the three MMAs on a shared K tile finish in turn, so
+// the epilogues stagger, and each scheduler has three math warps to hide latency with.
+// Measured on the H200 (tools/sm90_dev/ab.sh), 4096x32768 causal: 2 -> 1237 / 2433 us, 3 -> 988 /
+// 1967 us (H=32 / H=64); the CUDA-core epilogue is latency-bound with two math warps per scheduler.
+// AITER_SM90_MATH_WARPGROUPS overrides the default for measurements (tools/sm90_dev).
+#ifndef AITER_SM90_MATH_WARPGROUPS
+#define AITER_SM90_MATH_WARPGROUPS 3
+#endif
+constexpr int kMathWarpgroups = AITER_SM90_MATH_WARPGROUPS;
+static_assert(kMathWarpgroups == 2 || kMathWarpgroups == 3, "2 or 3 math warpgroups");
+constexpr int kAccumulators = kMathWarpgroups == 2 ? 2 : 1;
+// Columns of the Q tile, as (row, head) pairs: 256 (8 rows at H=32, 4 at H=64) or 384 (12 / 6).
+// Each K tile pulled into shared memory serves them all: 2-3x less L2 traffic per FLOP than 128.
+constexpr int kQTileCols = 128 * kMathWarpgroups;
+// Q rows per TMA box (a box has at most 256 rows): 128, so 2 or 3 boxes fill a Q tile.
+constexpr int kQBoxRows = 128;
 // Keys per K stage: the M side of one wgmma m64nNk32.
 constexpr int kKeysPerTile = 64;
 constexpr int kHeadDim = 128;
@@ -18,15 +33,14 @@ constexpr int kHeadDim = 128;
 constexpr int kKStages = 8;
 // Q tiles in flight: the next block's Q and weights load while the current one computes.
 constexpr int kQSlots = 2;
-// One producer warpgroup (TMA issue + -inf fill) and two math warpgroups, each owning 128 of the
-// 256 Q-tile columns, so both consume every K tile and the tensor core alternates between them.
-constexpr int kMathWarpgroups = 2;
+// One producer warpgroup (warp 0: TMA issue; warps 1-3: -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
-// setmaxnreg budgets (128 x 88 + 256 x 208 = 64512 of the 65536 registers). ptxas allocates each role's
-// code within its budget: at 56 the -inf fill spilled; the math warpgroups hold two 64-float
-// accumulators, 32 weights and the reduction.
-constexpr int kProducerRegs = 88;
-constexpr int kMathRegs = 208;
+// setmaxnreg budgets, within the 65536 registers: 128 x 88 + 256 x 208 = 64512 (two accumulators
+// of 64 floats, 32 weights, the reduction) or 128 x 80 + 384 x 144 = 65536 (one accumulator).
+// ptxas allocates each role's code within its budget: at 56 the -inf fill spilled.
+constexpr int kProducerRegs = kMathWarpgroups == 2 ? 88 : 80;
+constexpr int kMathRegs = kMathWarpgroups == 2 ? 208 : 144;
+static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= 65536, "register file");
 }  // namespace sm90
 
 // ---------------------------------------------------------------------------------------------

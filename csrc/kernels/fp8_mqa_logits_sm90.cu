@@ -43,7 +43,7 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
 template <int H>
 const char* launch(const Fp8MqaLogitsParams& p, int num_sms, cudaStream_t stream) {
   CUtensorMap q_map, k_map;
-  if (!make_row_map(&q_map, p.q, static_cast<uint64_t>(p.M) * H, sm90::kQTileCols) ||
+  if (!make_row_map(&q_map, p.q, static_cast<uint64_t>(p.M) * H, sm90::kQBoxRows) ||
       !make_row_map(&k_map, p.kv, static_cast<uint64_t>(p.N), sm90::kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
   const sm90::KernelArgs args{p.kv_scales, p.weights, p.ks,          p.ke,

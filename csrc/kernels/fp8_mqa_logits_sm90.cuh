@@ -5,13 +5,14 @@
 //   (kv_scale > 0 is a precondition, so it is applied after the head sum.)
 //
 // Tensors (see fp8_mqa_logits_params.h):
-//   Q  [M, H, 128] e4m3, read through a 2-D tensor map [M*H rows, 128 bytes], box 256 rows
+//   Q  [M, H, 128] e4m3, read through a 2-D tensor map [M*H rows, 128 bytes], box 128 rows
 //   K  [N, 128]    e4m3, read through a 2-D tensor map [N rows, 128 bytes],   box 64 rows
 //   kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks/ke [M] i32
 //   out [M, N] f32, row stride out_stride
 //
 // Work decomposition
-//   Q block  = kRowsPerBlock = 256 / H query rows; its Q tile is 256 (row, head) columns x 128 d.
+//   Q block  = kRowsPerBlock = kQTileCols / H query rows (384 columns: 12 rows at H=32, 6 at H=64);
+//              its Q tile is kQTileCols (row, head) columns x 128 d.
 //   K tile   = 64 keys. A Q block only visits the K tiles of its union window [lo, hi).
 //   Each CTA is persistent. All CTAs derive the same plan from ks/ke on the device (no host sync):
 //   the concatenated list of (Q block, K tile) units is cut into gridDim.x equal ranges, so causal
@@ -19,14 +20,16 @@
 //   outside each block's union window form a second list, cut the same way, that the spare producer
 //   warps fill with -inf while the math warpgroups compute.
 //
-// Roles (384 threads)
+// Roles (128 x (1 + kMathWarpgroups) threads; tunables header)
 //   warpgroup 0, warp 0   : producer. Publishes each Q block (Q tile by TMA, weights and row
 //                           windows into a slot), then streams its K tiles into an 8-stage ring.
 //   warpgroup 0, warps 1-3: -inf fill of the out-of-window column tiles (clean_logits only).
-//   warpgroups 1, 2       : math. Warpgroup g owns Q-tile columns [128 g, 128 g + 128): both consume
-//                           every K tile. wgmma m64n128k32 (A = 64 keys, B = 128 columns) into one
-//                           of two accumulators, so the MMA of tile t+1 runs while the epilogue of
-//                           tile t (relu, x w, head sum, x kv_scale, store) runs on the CUDA cores.
+//   warpgroups 1..W       : math. Warpgroup g owns Q-tile columns [128 g, 128 g + 128): all consume
+//                           every K tile with wgmma m64n128k32 (A = 64 keys, B = 128 columns). With
+//                           W = 3 (default) each has one accumulator and the three MMAs of a tile
+//                           finish in turn, so one warpgroup's epilogue (relu, x w, head sum,
+//                           x kv_scale, store) runs under the others' MMAs; with W = 2 each has two
+//                           accumulators and its own next MMA runs under its epilogue.
 //
 // Accumulator fragment of m64n128 (per thread, 64 floats): warp wi, lane l, quad lane q = l % 4:
 //   d[4j + 2i + c] = S[key = 16 wi + l/4 + 8 i][col = 8 j + 2 q + c],  j < 16, i, c in {0, 1}
@@ -55,12 +58,14 @@ struct Shape {
   static constexpr int kHeadGroups = H / 8;  // 8-column groups of the fragment per row
   static_assert(kColsPerMathWarpgroup == 128, "the math warpgroups use wgmma m64n128");
   static_assert(kRowsPerWarpgroup % 2 == 0, "the quad reduce-scatter halves the rows twice");
+  static_assert((kKStages & (kKStages - 1)) == 0, "the ring index wraps with a mask");
+  static_assert(kQTileCols % kQBoxRows == 0, "whole TMA boxes per Q tile");
 };
 
 struct SharedStorage {
   alignas(1024) uint8_t q[kQSlots][kQTileBytes];
   alignas(1024) uint8_t k[kKStages][kKTileBytes];
-  float w[kQSlots][kQTileCols];            // weights of the slot's 256 (row, head) columns
+  float w[kQSlots][kQTileCols];            // weights of the slot's (row, head) columns
   int2 window[kQSlots][kMaxRowsPerBlock];  // clamped [s, e) of each row of the slot's block
   int slot_block[kQSlots];                 // Q block index, -1 = no more work
   int slot_tile_begin[kQSlots];
@@ -195,7 +200,7 @@ __device__ void plan_ranges(const KernelArgs& a, SharedStorage& sh) {
 
 // ---- producer: Q blocks into slots, K tiles into the ring --------------------------------------
 // What the producer warp loads of one Q block, spread over its lanes: lane r < kRowsPerBlock holds
-// row r's clamped window, every lane 8 of the block's 256 weights.
+// row r's clamped window, every lane kQTileCols / 32 of the block's weights.
 struct BlockLoads {
   int2 window;
   float w[kQTileCols / 32];
@@ -256,7 +261,10 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
         sh.slot_tile_begin[slot] = tile_begin;
         sh.slot_tile_end[slot] = tile_end;
         mbar_arrive_expect_tx(&sh.q_full[slot], kQTileBytes);
-        tma_load_2d(sh.q[slot], q_map, &sh.q_full[slot], 0, static_cast<int>(b * kQTileCols));
+#pragma unroll
+        for (int box = 0; box < kQTileCols / kQBoxRows; ++box)
+          tma_load_2d(sh.q[slot] + box * kQBoxRows * kHeadDim, q_map, &sh.q_full[slot], 0,
+                      static_cast<int>(b * kQTileCols + box * kQBoxRows));
       } else {
         mbar_arrive(&sh.q_full[slot]);
       }
@@ -268,7 +276,7 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
           mbar_arrive_expect_tx(&sh.k_full[stage], kKTileBytes);
           tma_load_2d(sh.k[stage], k_map, &sh.k_full[stage], 0, t * kKeysPerTile);
         }
-        stage = (stage + 1) % kKStages;
+        stage = (stage + 1) & (kKStages - 1);
         stage_phase ^= stage == 0;
       }
       __syncwarp();
@@ -469,7 +477,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   const uint64_t desc_hi = desc_k0 & 0xffffffff00000000ull;  // same for both: layout, strides
   const uint32_t k_lo0 = static_cast<uint32_t>(desc_k0), q_lo0 = static_cast<uint32_t>(desc_q0);
 
-  float acc0[64], acc1[64];
+  float acc0[64], acc1[64];  // acc1 is dead (and allocated no registers) with one accumulator
   BlockRows<H> rows;
   int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
   int block = -1, tile = 0, tile_begin = 0, tile_end = 0;
@@ -518,7 +526,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
     f.key = tile * kKeysPerTile + key_in_tile;
     f.kv_scale = pending_scale;
     f.has_next = true;
-    stage = (stage + 1) % kKStages;
+    stage = (stage + 1) & (kKStages - 1);
     stage_phase ^= stage == 0;
     if (!f.last) {
       ++tile;
@@ -546,29 +554,40 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   open_slot();
   if (block < 0) return;
   pending_scale = load_scale();
-  issue(acc0);
-  // Two accumulators in turn: the MMA of the next tile runs under the epilogue of this one. The
-  // loop is written out for both parities so every accumulator index is a compile-time constant.
-  for (;;) {
-    InFlight f = advance();
-    if (!f.has_next) {
+  if constexpr (kAccumulators == 1) {
+    // One accumulator: the other warpgroups' MMAs on the same K tile run under this epilogue.
+    for (;;) {
+      issue(acc0);
+      const InFlight f = advance();
       wgmma_wait<0>();
       finish(acc0, f);
-      break;
+      if (!f.has_next) break;
     }
-    issue(acc1);
-    wgmma_wait<1>();
-    finish(acc0, f);
-
-    f = advance();
-    if (!f.has_next) {
-      wgmma_wait<0>();
-      finish(acc1, f);
-      break;
-    }
+  } else {
     issue(acc0);
-    wgmma_wait<1>();
-    finish(acc1, f);
+    // Two accumulators in turn: the MMA of the next tile runs under the epilogue of this one. The
+    // loop is written out for both parities so every accumulator index is a compile-time constant.
+    for (;;) {
+      InFlight f = advance();
+      if (!f.has_next) {
+        wgmma_wait<0>();
+        finish(acc0, f);
+        break;
+      }
+      issue(acc1);
+      wgmma_wait<1>();
+      finish(acc0, f);
+
+      f = advance();
+      if (!f.has_next) {
+        wgmma_wait<0>();
+        finish(acc1, f);
+        break;
+      }
+      issue(acc0);
+      wgmma_wait<1>();
+      finish(acc1, f);
+    }
   }
 }
 
