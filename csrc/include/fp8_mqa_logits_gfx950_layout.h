@@ -219,21 +219,25 @@ GFX950_FN bool buffer_in_range(uint64_t offset, uint64_t bytes, uint64_t num_rec
 }
 
 // ------------------------------------------------------------------------------------------------
-// Work of a block, in units: stages (S keys from the union start lo) then -inf fill units.
+// Work of a block, in units: first `ovh` virtual units (the fixed cost of a compute segment: Q/w
+// loads, pipeline fill and drain, so that an even split of units is an even split of modelled
+// time), then the stages (S keys each from the union start lo), then the -inf fill units.
 // Rows' windows are clamped [s, e); the union [lo, hi) is over rows with s < e; a stage is clean
 // (no compare/select) when every valid row of the block covers it. A row with s >= e makes every
 // stage masked, which is why the plan sorts such rows out of non-empty blocks.
 // ------------------------------------------------------------------------------------------------
 GFX950_FN int clamp_key(int64_t x, int N) { return x < 0 ? 0 : (x > N ? N : int(x)); }
 GFX950_FN int div_up(int a, int b) { return (a + b - 1) / b; }
+GFX950_FN int clamp_int(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 struct BlockWork {
   int lo, hi;        // union of the non-empty windows (lo == hi == 0 when none)
+  int ovh;           // virtual units charged for the block's compute segment
   int stages;        // compute stages
   int cov_end;       // keys [lo, cov_end) are written by the stages
   int fill_total;    // -inf columns per row outside [lo, cov_end) (clean only)
   int fill_units;
-  int units;
+  int units;         // ovh + stages + fill_units
 };
 
 GFX950_FN BlockWork block_work(Geometry g, int lo, int hi, int N, bool clean) {
@@ -241,13 +245,30 @@ GFX950_FN BlockWork block_work(Geometry g, int lo, int hi, int N, bool clean) {
   b.lo = hi > lo ? lo : 0;
   b.hi = hi > lo ? hi : 0;
   b.stages = hi > lo ? div_up(hi - lo, g.stage_keys) : 0;
+  b.ovh = b.stages ? kSegmentOverheadStages : 0;
   const int64_t end = int64_t(b.lo) + int64_t(b.stages) * g.stage_keys;
   b.cov_end = b.stages ? int(end < N ? end : N) : b.lo;
   b.fill_total = clean ? N - (b.cov_end - b.lo) : 0;
   b.fill_units = div_up(b.fill_total, g.fill_cols);
-  b.units = b.stages + b.fill_units;
+  b.units = b.ovh + b.stages + b.fill_units;
   return b;
 }
+
+// What units [u_begin, u_end) of a block hold: stages [stage_begin, stage_end) and fill units
+// [fill_begin, fill_end) (either range may be empty).
+struct SegmentWork {
+  int stage_begin, stage_end, fill_begin, fill_end;
+};
+GFX950_FN SegmentWork segment_work(const BlockWork& b, int u_begin, int u_end) {
+  const int s0 = b.ovh, s1 = b.ovh + b.stages;
+  SegmentWork w{};
+  w.stage_begin = clamp_int(u_begin, s0, s1) - s0;
+  w.stage_end = clamp_int(u_end, s0, s1) - s0;
+  w.fill_begin = (u_begin > s1 ? u_begin : s1) - s1;
+  w.fill_end = (u_end > s1 ? u_end : s1) - s1;
+  return w;
+}
+
 // Column of fill index f in [0, fill_total): left of lo, then right of cov_end.
 GFX950_FN int fill_column(const BlockWork& b, int f) { return f < b.lo ? f : b.cov_end + (f - b.lo); }
 GFX950_FN bool stage_is_clean(int k0, int stage_keys, int max_s, int min_e) {
@@ -276,30 +297,51 @@ struct LaunchPlan {
   bool reverse_rows;
 };
 
+#if !defined(__HIP_DEVICE_COMPILE__)
 // Modelled makespan, in stage units, of the fixed grid for a single causal request (the layout the
-// design document's model assumes): Graham's bound for list scheduling, total / CUs + (1 - 1/CUs)
-// x longest workgroup, each workgroup costing its share of its block plus a segment overhead.
-GFX950_FN double fixed_grid_makespan(Geometry g, int64_t M, int64_t N, int split_n,
-                                     int num_cus, bool clean) {
+// design document's model assumes): workgroups in dispatch order (x = blocks, longest first,
+// fastest; then y), each to the CU that frees first (one per CU: list scheduling); a workgroup
+// costs its stages and fill units plus kSegmentOverheadStages when it computes. Host only.
+inline double fixed_grid_makespan(Geometry g, int64_t M, int64_t N, int split_n, int num_cus,
+                                  bool clean) {
+  constexpr int kMaxCus = 1024;
+  double heap[kMaxCus];  // min-heap of CU free times
+  const int cus = num_cus < 1 ? 1 : (num_cus > kMaxCus ? kMaxCus : num_cus);
+  for (int i = 0; i < cus; ++i) heap[i] = 0;
   const int64_t blocks = (M + g.block_rows - 1) / g.block_rows;
-  double total = 0, longest = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t last_row = (b + 1) * g.block_rows < M ? (b + 1) * g.block_rows : M;
-    const int64_t hi = N - M + last_row;  // causal: ke = N - M + row + 1
-    const BlockWork w = block_work(g, 0, int(hi < 0 ? 0 : (hi > N ? N : hi)), int(N), clean);
-    const double per_wg = double(w.units) / split_n + kSegmentOverheadStages;
-    total += per_wg * split_n;
-    longest = per_wg > longest ? per_wg : longest;
-  }
-  return total / num_cus + (1.0 - 1.0 / num_cus) * longest;
+  double makespan = 0;
+  for (int y = 0; y < split_n; ++y)
+    for (int64_t b = blocks - 1; b >= 0; --b) {
+      const int64_t last_row = (b + 1) * g.block_rows < M ? (b + 1) * g.block_rows : M;
+      const int64_t hi = N - M + last_row;  // causal: ke = N - M + row + 1
+      const BlockWork w = block_work(g, 0, int(hi < 0 ? 0 : (hi > N ? N : hi)), int(N), clean);
+      const SegmentWork sw = segment_work(w, int(share_begin(w.units, split_n, y)),
+                                          int(share_begin(w.units, split_n, y + 1)));
+      const int stages = sw.stage_end - sw.stage_begin;
+      const double cost = stages + (sw.fill_end - sw.fill_begin) + (stages ? w.ovh : 0);
+      const double t = heap[0] + cost;  // replace the root, sift down
+      makespan = t > makespan ? t : makespan;
+      int i = 0;
+      for (;;) {
+        int c = 2 * i + 1;
+        if (c >= cus) break;
+        if (c + 1 < cus && heap[c + 1] < heap[c]) ++c;
+        if (heap[c] >= t) break;
+        heap[i] = heap[c];
+        i = c;
+      }
+      heap[i] = t;
+    }
+  return makespan;
 }
 
-GFX950_FN int choose_split_n(Geometry g, int64_t M, int64_t N, int num_cus, bool clean) {
+inline int choose_split_n(Geometry g, int64_t M, int64_t N, int num_cus, bool clean) {
+  constexpr int kCandidates[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
   int best = 1;
-  double best_t = fixed_grid_makespan(g, M, N, 1, num_cus, clean);
-  for (int s = 2; s <= 64; ++s) {
+  double best_t = 0;
+  for (int s : kCandidates) {
     const double t = fixed_grid_makespan(g, M, N, s, num_cus, clean);
-    if (t < best_t * 0.999) {  // strictly better by 0.1%: prefer fewer, larger workgroups
+    if (s == 1 || t < best_t * 0.999) {  // strictly better by 0.1%: prefer fewer workgroups
       best = s;
       best_t = t;
     }
@@ -307,8 +349,8 @@ GFX950_FN int choose_split_n(Geometry g, int64_t M, int64_t N, int num_cus, bool
   return best;
 }
 
-GFX950_FN LaunchPlan plan_launch(int64_t M, int64_t N, int heads, int split_n, int num_cus,
-                                 bool clean) {
+inline LaunchPlan plan_launch(int64_t M, int64_t N, int heads, int split_n, int num_cus,
+                              bool clean) {
   LaunchPlan p{};
   p.small = M <= kSmallMaxRows;
   const Geometry g = geometry(heads, p.small);
@@ -326,6 +368,7 @@ GFX950_FN LaunchPlan plan_launch(int64_t M, int64_t N, int heads, int split_n, i
   }
   return p;
 }
+#endif  // !__HIP_DEVICE_COMPILE__
 
 // ------------------------------------------------------------------------------------------------
 // Plan helpers: rows are grouped in chunks of 64 (one ballot); mask bit i of chunk c says whether

@@ -751,14 +751,12 @@ struct Fp8MqaLogitsGfx950 {
   __device__ void segment(int b, int u_begin, int u_end, bool balanced,
                           const LaneConsts& c) const {
     const BlockFacts f = setup_block(b, balanced);
-    const int stages = f.w.stages;
+    const SegmentWork sw = segment_work(f.w, u_begin, u_end);
     if constexpr (COMPUTE) {
-      const int i_end = min(u_end, stages);
-      if (u_begin < i_end) compute_stages(f, u_begin, i_end, c);
+      if (sw.stage_begin < sw.stage_end) compute_stages(f, sw.stage_begin, sw.stage_end, c);
       else sync_threads();
     } else {
-      const int fb = max(u_begin, stages) - stages, fe = u_end - stages;
-      if (fb < fe) fill(f, fb, fe);
+      if (sw.fill_begin < sw.fill_end) fill(f, sw.fill_begin, sw.fill_end);
       sync_threads();
     }
   }

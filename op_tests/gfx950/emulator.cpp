@@ -513,13 +513,11 @@ struct Emulator {
 
   void segment(bool compute, int b, int u_begin, int u_end, bool balanced) {
     const Facts f = setup_block(b, balanced);
-    const int stages = f.w.stages;
+    const SegmentWork sw = segment_work(f.w, u_begin, u_end);
     if (compute) {
-      const int i_end = std::min(u_end, stages);
-      if (u_begin < i_end) compute_stages(f, u_begin, i_end);
+      if (sw.stage_begin < sw.stage_end) compute_stages(f, sw.stage_begin, sw.stage_end);
     } else {
-      const int fb = std::max(u_begin, stages) - stages, fe = u_end - stages;
-      if (fb < fe) fill(f, fb, fe);
+      if (sw.fill_begin < sw.fill_end) fill(f, sw.fill_begin, sw.fill_end);
     }
   }
 
@@ -596,8 +594,9 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
   return emu.run_all(nullptr);
 }
 
-// The balanced plan alone (no compute): per workgroup, its units and the segments it visits.
-// Returns the total number of units, or -1.
+// The balanced plan alone (no compute): per workgroup, the real units it processes (stages and
+// fill units, not the virtual overhead units) and its compute segments (Q/w loads, pipeline).
+// Returns the total number of units (virtual ones included), or -1.
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean,
                          int num_cus, int* wg_units, int* wg_segments) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0) return -1;
@@ -615,13 +614,16 @@ int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int
   for (int wg = 0; wg < emu.lp.grid_x; ++wg) {
     const int u0 = int(share_begin(total, emu.lp.grid_x, wg));
     const int u1 = int(share_begin(total, emu.lp.grid_x, wg + 1));
-    wg_units[wg] = u1 - u0;
-    int segs = 0;
-    for (int b = 0, u = u0; b < emu.blocks && u < u1; ++b)
-      if (emu.bpre[b + 1] > u) {
-        ++segs;
-        u = emu.bpre[b + 1];
-      }
+    int real = 0, segs = 0;
+    for (int b = 0; b < emu.blocks; ++b) {
+      const int base = emu.bpre[b], next = emu.bpre[b + 1];
+      if (next <= u0 || base >= u1) continue;
+      const SegmentWork sw = segment_work(emu.setup_block(b, true).w, std::max(u0, base) - base,
+                                          std::min(u1, next) - base);
+      real += (sw.stage_end - sw.stage_begin) + (sw.fill_end - sw.fill_begin);
+      segs += sw.stage_begin < sw.stage_end;
+    }
+    wg_units[wg] = real;
     wg_segments[wg] = segs;
   }
   return total;

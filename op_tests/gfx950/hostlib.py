@@ -47,6 +47,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_choose_split_n.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int]
     lib.gfx950_block_work.argtypes = [c_int] * 6 + [i32p]
     lib.gfx950_block_work.restype = None
+    lib.gfx950_segment_work.argtypes = [c_int] * 8 + [i32p]
+    lib.gfx950_segment_work.restype = None
+    lib.gfx950_fixed_grid_costs.argtypes = [c_int] * 5 + [i32p, i32p, c_int, ctypes.POINTER(c_double)]
     lib.gfx950_dma.argtypes = [c_int] * 5 + [i32p]
     lib.gfx950_dma.restype = None
     lib.gfx950_tail.argtypes = [c_int, c_int, c_int, i32p]

@@ -77,11 +77,38 @@ double gfx950_fixed_grid_makespan(int heads, int small, long long M, long long N
 int gfx950_choose_split_n(int heads, int small, long long M, long long N, int num_cus, int clean) {
   return choose_split_n(geometry(heads, small), M, N, num_cus, clean != 0);
 }
-// {lo, hi, stages, cov_end, fill_total, fill_units, units}
+// {lo, hi, stages, cov_end, fill_total, fill_units, units, ovh}
 void gfx950_block_work(int heads, int small, int lo, int hi, int N, int clean, int* out) {
   const BlockWork b = block_work(geometry(heads, small), lo, hi, N, clean != 0);
-  const int v[] = {b.lo, b.hi, b.stages, b.cov_end, b.fill_total, b.fill_units, b.units};
-  for (int i = 0; i < 7; ++i) out[i] = v[i];
+  const int v[] = {b.lo, b.hi, b.stages, b.cov_end, b.fill_total, b.fill_units, b.units, b.ovh};
+  for (int i = 0; i < 8; ++i) out[i] = v[i];
+}
+// segment_work of units [u_begin, u_end): {stage_begin, stage_end, fill_begin, fill_end}
+void gfx950_segment_work(int heads, int small, int lo, int hi, int N, int clean, int u_begin,
+                         int u_end, int* out) {
+  const SegmentWork w =
+      segment_work(block_work(geometry(heads, small), lo, hi, N, clean != 0), u_begin, u_end);
+  out[0] = w.stage_begin;
+  out[1] = w.stage_end;
+  out[2] = w.fill_begin;
+  out[3] = w.fill_end;
+}
+// Modelled cost of every workgroup of a fixed grid over real block unions lo[b], hi[b], in
+// dispatch order (x = blocks reversed, fastest; then y): stages + fill units, plus the segment
+// overhead when it computes. Returns the number of workgroups written.
+int gfx950_fixed_grid_costs(int heads, int small, int N, int clean, int split_n, const int* lo,
+                            const int* hi, int blocks, double* out) {
+  const Geometry g = geometry(heads, small);
+  int n = 0;
+  for (int y = 0; y < split_n; ++y)
+    for (int b = blocks - 1; b >= 0; --b) {
+      const BlockWork w = block_work(g, lo[b], hi[b], N, clean != 0);
+      const SegmentWork sw = segment_work(w, int(share_begin(w.units, split_n, y)),
+                                          int(share_begin(w.units, split_n, y + 1)));
+      const int stages = sw.stage_end - sw.stage_begin;
+      out[n++] = stages + (sw.fill_end - sw.fill_begin) + (stages ? w.ovh : 0);
+    }
+  return n;
 }
 int gfx950_fill_column(int heads, int small, int lo, int hi, int N, int f) {
   return fill_column(block_work(geometry(heads, small), lo, hi, N, true), f);
