@@ -57,17 +57,22 @@ def clang_path() -> str:
     raise FileNotFoundError("no clang++-22 (set AITER_GFX950_CLANG to a clang with gfx950 support)")
 
 
-def compile_command(asm_out: str) -> list[str]:
-    root = build_config.csrc_dir()
+def _base_command() -> list[str]:
     flags = [f for f in build_config.GFX950_HIP_FLAGS if not f.startswith("--offload-arch")]
-    cmd = [
-        clang_path(), "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output",
-        "--offload-arch=gfx950", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-S",
-        *flags,
-    ]
-    cmd += [f"-I{root / d}" for d in build_config.INCLUDE_DIRS]
-    cmd += ["-o", asm_out, os.fspath(root / SOURCE)]
-    return cmd
+    root = build_config.csrc_dir()
+    return [clang_path(), "-x", "hip", "--offload-arch=gfx950", "-nogpulib",
+            "-D__AMDGCN_WAVEFRONT_SIZE=64", *flags, *[f"-I{root / d}" for d in build_config.INCLUDE_DIRS]]
+
+
+def compile_command(asm_out: str) -> list[str]:
+    """Device code only, to assembly with its metadata."""
+    source = os.fspath(build_config.csrc_dir() / SOURCE)
+    return _base_command() + ["--cuda-device-only", "--no-gpu-bundle-output", "-S", "-o", asm_out, source]
+
+
+def host_syntax_command() -> list[str]:
+    """The host pass a real hipcc also runs: it parses the device code and compiles the launcher."""
+    return _base_command() + ["--cuda-host-only", "-fsyntax-only", os.fspath(build_config.csrc_dir() / SOURCE)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -464,6 +469,9 @@ def check(asm_out: str) -> int:
         print(proc.stderr, file=sys.stderr)
     fails, lines = check_text(Path(asm_out).read_text())
     print(f"isa_gfx950: compiled in {time.time() - t0:.1f} s: {' '.join(cmd)}")
+    host = subprocess.run(host_syntax_command(), capture_output=True, text=True)
+    if host.returncode != 0:
+        fails.append("the host pass does not compile:\n" + host.stderr)
     for line in lines:
         print(line)
     for f in fails:

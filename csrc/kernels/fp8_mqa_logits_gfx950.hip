@@ -72,12 +72,11 @@ typedef int v8i __attribute__((ext_vector_type(8)));
 typedef float v4f __attribute__((ext_vector_type(4)));
 typedef float v16f __attribute__((ext_vector_type(16)));
 
-#if defined(__HIP_DEVICE_COMPILE__)
 // The raw buffer store with a <4 x i32> resource: one buffer_store_dword, range-checked by the
-// hardware (out-of-range lanes are dropped). Declared by LLVM name so every clang with gfx950 has it.
+// hardware (out-of-range lanes are dropped). Declared by LLVM name so every clang with gfx950 has
+// it; declared in the host pass too, which parses (but never emits) the device code.
 __device__ void buffer_store_f32(float v, v4i rsrc, uint32_t voffset, int soffset,
                                  int aux) __asm("llvm.amdgcn.raw.buffer.store.f32");
-#endif
 
 __device__ __forceinline__ int lane_id() {
   return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
