@@ -31,8 +31,21 @@ constexpr int kKeysPerTile = 64;
 constexpr int kHeadDim = 128;
 // K ring depth: 8 x 8 KiB hides ~4k cycles of L2/HBM latency at one tile per ~512 cycles.
 constexpr int kKStages = 8;
-// Q tiles in flight: the next block's Q and weights load while the current one computes.
-constexpr int kQSlots = 2;
+// Q tiles in flight: the next blocks' Q and weights load while the current one computes. A third
+// slot measured no gain (1024x1024 causal within 1.5 us, long rows within noise; ab_flags.sh).
+// AITER_SM90_Q_SLOTS overrides the default for measurements (tools/sm90_dev).
+#ifndef AITER_SM90_Q_SLOTS
+#define AITER_SM90_Q_SLOTS 2
+#endif
+constexpr int kQSlots = AITER_SM90_Q_SLOTS;
+// Cost of starting a Q block, in K tiles, in the balanced plan's units: a CTA that walks many short
+// blocks (the first rows of a causal chunk) pays a Q-tile load per block. Measured, 1024x1024
+// causal no-clean: 0 -> 21.7 / 30.8 us, 2 -> 20.0 / 24.4 us (H=32 / H=64); long rows unchanged.
+// AITER_SM90_BLOCK_OVERHEAD_TILES overrides the default for measurements (tools/sm90_dev).
+#ifndef AITER_SM90_BLOCK_OVERHEAD_TILES
+#define AITER_SM90_BLOCK_OVERHEAD_TILES 2
+#endif
+constexpr int kBlockOverheadTiles = AITER_SM90_BLOCK_OVERHEAD_TILES;
 // One producer warpgroup (warp 0: TMA issue; warps 1-3: -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 // setmaxnreg budgets, within the 65536 registers: 128 x 88 + 256 x 208 = 64512 (two accumulators

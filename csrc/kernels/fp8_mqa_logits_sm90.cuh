@@ -120,12 +120,13 @@ __device__ __forceinline__ int2 block_tiles(const KernelArgs& a, int64_t b) {
 
 __device__ __forceinline__ int64_t key_tiles(int64_t n) { return (n + kKeysPerTile - 1) / kKeysPerTile; }
 
-// Compute units of a block = its union-window tiles; fill units = every other column tile (clean).
+// Compute units of a block = its union-window tiles (+ kBlockOverheadTiles, the cost of starting it);
+// fill units = every other column tile (clean).
 template <int H>
 __device__ __forceinline__ void block_units(const KernelArgs& a, int64_t b, long long& compute, long long& fill) {
   const int2 t = block_tiles<H>(a, b);
-  compute = t.y - t.x;
-  fill = a.clean_logits ? key_tiles(a.N) - compute : 0;
+  compute = t.y > t.x ? (t.y - t.x) + kBlockOverheadTiles : 0;
+  fill = a.clean_logits ? key_tiles(a.N) - (t.y - t.x) : 0;
 }
 
 // Every CTA scans all blocks (each thread a contiguous segment), then the thread whose segment holds
@@ -244,14 +245,18 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
   // The next block's loads are issued before this block's K tiles, so their latency hides behind
   // the ring waits (a block of causal or multi-request chunks can be a single tile).
   BlockLoads next = left > 0 ? load_block<H>(a, b, lane) : BlockLoads{};
-  while (left > 0) {
+  while (left > 0 && b < blocks) {  // b < blocks: a guard, the plan's ranges end inside the list
     const BlockLoads cur = next;
     const int2 tiles = union_tiles(cur);
-    const long long take = imin64(left, (tiles.y - tiles.x) - offset);
+    // This CTA's units of the block: [offset, offset + take); the first kBlockOverheadTiles stand
+    // for starting the block, the rest for its tiles.
+    const long long units = tiles.y > tiles.x ? (tiles.y - tiles.x) + kBlockOverheadTiles : 0;
+    const long long take = imin64(left, units - offset);
     if (b + 1 < blocks && take < left) next = load_block<H>(a, b + 1, lane);
-    if (take > 0) {
-      const int tile_begin = tiles.x + static_cast<int>(offset);
-      const int tile_end = tile_begin + static_cast<int>(take);
+    const int tile_begin = tiles.x + static_cast<int>(max(offset, (long long)kBlockOverheadTiles) - kBlockOverheadTiles);
+    const int tile_end =
+        tiles.x + static_cast<int>(max(offset + take, (long long)kBlockOverheadTiles) - kBlockOverheadTiles);
+    if (take > 0 && tile_end > tile_begin) {
       mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
       if (lane < S::kRowsPerBlock) sh.window[slot][lane] = cur.window;
 #pragma unroll
@@ -268,7 +273,7 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
       } else {
         mbar_arrive(&sh.q_full[slot]);
       }
-      slot ^= 1;
+      slot = slot + 1 == kQSlots ? 0 : slot + 1;
       slot_phase ^= slot == 0;
       for (int t = tile_begin; t < tile_end; ++t) {
         if (lane == 0) {
@@ -280,8 +285,8 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
         stage_phase ^= stage == 0;
       }
       __syncwarp();
-      left -= take;
     }
+    if (take > 0) left -= take;
     ++b;
     offset = 0;
   }
@@ -317,7 +322,8 @@ __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int
   long long unit = sh.plan_start[1][1];
   const int64_t tiles_n = key_tiles(a.N);
   const bool vec_ok = (reinterpret_cast<uintptr_t>(a.out) % 16 == 0) && (a.out_stride % 4 == 0);
-  while (left > 0) {
+  const int64_t blocks = (a.M + S::kRowsPerBlock - 1) / S::kRowsPerBlock;
+  while (left > 0 && b < blocks) {
     const int2 tiles = block_tiles<H>(a, b);
     const long long units = tiles_n - (tiles.y - tiles.x);
     const long long take = imin64(left, units - unit);
@@ -531,7 +537,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
     if (!f.last) {
       ++tile;
     } else {
-      slot ^= 1;
+      slot = slot + 1 == kQSlots ? 0 : slot + 1;
       slot_phase ^= slot == 0;
       open_slot();
       f.has_next = block >= 0;
