@@ -92,8 +92,10 @@ constexpr int kPlanMaxRows = 16384;
 // x 64-key stage takes ~2 us on MI355X by the design document's figures; 64 KiB per CU at a fair
 // share of ~6 TB/s write bandwidth takes about as long).
 constexpr int kFillUnitElems = 16384;
-// Makespan model constants, in units of one compute stage: fixed cost of a workgroup segment
-// (plan, Q/w loads, pipeline fill and drain) and of a workgroup launch.
+// Fixed cost of a compute segment (Q/w loads of 128 KiB, pipeline fill and drain), in compute
+// stages: about two stage times by the latencies involved. The balanced plan gives every block
+// with compute stages this many virtual units, so an even split of units is an even split of
+// modelled time; the fixed-grid makespan model charges it per computing workgroup.
 constexpr int kSegmentOverheadStages = 2;
 }  // namespace gfx950
 
