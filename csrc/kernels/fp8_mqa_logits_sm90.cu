@@ -46,15 +46,12 @@ const char* launch(const Fp8MqaLogitsParams& p, int num_sms, cudaStream_t stream
   if (!make_row_map(&q_map, p.q, static_cast<uint64_t>(p.M) * H, sm90::kQBoxRows) ||
       !make_row_map(&k_map, p.kv, static_cast<uint64_t>(p.N), sm90::kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
-  const sm90::KernelArgs args{p.kv_scales, p.weights, p.ks,          p.ke,
-                              p.out,       p.M,       p.N,           p.weights_stride,
-                              p.out_stride, static_cast<int>(p.N), p.clean_logits ? 1 : 0};
   const size_t smem = sizeof(sm90::SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
   auto kernel = sm90::fp8_mqa_logits_sm90_kernel<H>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
       cudaSuccess)
     return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
-  kernel<<<num_sms, sm90::kThreads, smem, stream>>>(q_map, k_map, args);
+  kernel<<<num_sms, sm90::kThreads, smem, stream>>>(q_map, k_map, p);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

@@ -79,19 +79,9 @@ struct SharedStorage {
   long long plan_count[2];            // units in this CTA's compute / fill range
 };
 
-struct KernelArgs {
-  const float* kv_scales;
-  const float* weights;
-  const int32_t* ks;
-  const int32_t* ke;
-  float* out;
-  int64_t M;
-  int64_t N;
-  int64_t weights_stride;
-  int64_t out_stride;
-  int n_keys;  // N as a 32-bit count (the launcher rejects N >= 2^31 - 64)
-  int clean_logits;
-};
+// The kernel takes the binding's argument block by value; key indices are 32-bit (the launcher
+// rejects N >= 2^31 - 64).
+using KernelArgs = Fp8MqaLogitsParams;
 
 __device__ __forceinline__ int64_t imin64(int64_t x, int64_t y) { return x < y ? x : y; }
 
@@ -448,7 +438,7 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[64], const Bloc
     }
   // Quad reduce-scatter: lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
   const bool hi_key = lane & 2, hi_rows = lane & 1;
-  const bool key_ok = key < a.n_keys;
+  const bool key_ok = key < static_cast<int>(a.N);
   float rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -512,7 +502,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   // kv_scale of the tile at the cursor, loaded a whole tile ahead of its use to hide L2 latency.
   auto load_scale = [&]() {
     const int key = tile * kKeysPerTile + key_in_tile;
-    return block >= 0 && key < a.n_keys ? __ldg(a.kv_scales + key) : 0.f;
+    return block >= 0 && key < static_cast<int>(a.N) ? __ldg(a.kv_scales + key) : 0.f;
   };
   float pending_scale = 0.f;
 
