@@ -10,11 +10,11 @@ from aiter.jit import isa_gfx950 as isa
 
 LOOP_BODY = """\
 	;;#ASMSTART
-	s_waitcnt vmcnt(5) lgkmcnt(0)
+	s_waitcnt vmcnt(14) lgkmcnt(0)
 	s_barrier
 	buffer_load_dwordx4 v1, s[0:3], 0 offen lds
 	buffer_load_dword v2, s[4:7], 0 offen offset:1024 lds
-	; gfx950-stage-vmem 4
+	; gfx950-stage-vmem 4 depth 4
 	;;#ASMEND
 	ds_read_b128 v[24:27], v3
 	ds_read_b128 v[28:31], v4
@@ -93,10 +93,12 @@ def test_clean_template_passes():
         (lambda b: b.replace("v_fmac_f32_e32 v51", "v_pk_fma_f32 v[52:53]"), "packed fp32"),
         (lambda b: b.replace("\ts_waitcnt lgkmcnt(0)\n\tv_mfma", "\ts_waitcnt vmcnt(0)\n\tv_mfma"), "compiler-placed vmcnt"),
         (lambda b: b + "\tbuffer_store_dword v70, v7, s[16:19], 0 offen\n", "VMEM ops"),
+        (lambda b: b.replace("vmcnt(14)", "vmcnt(15)"), "hand-placed vmcnt"),
         (lambda b: b.replace("\tv_mul_f32 v70, v70, v78\n", ""), "permlane hazard"),
         (lambda b: b.replace("v_writelane", "") + "\tv_writelane_b32 v90, s30, 0\n", "SGPR spill"),
     ],
-    ids=["s_nop", "no_permlane", "packed", "compiler_vmcnt", "vmem_count", "permlane_hazard", "lane_spill"],
+    ids=["s_nop", "no_permlane", "packed", "compiler_vmcnt", "vmem_count", "wait_count", "permlane_hazard",
+         "lane_spill"],
 )
 def test_each_loop_rule_fails(change, expect):
     fails = failures(**{H32: dict(body=change(LOOP_BODY))})

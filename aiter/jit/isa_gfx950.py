@@ -44,7 +44,8 @@ PERMLANE = "v_permlane32_swap_b32"
 REG_BUDGET = 256  # 512 VGPR+AGPR per SIMD lane / 2 waves per SIMD (one 8-wave workgroup per CU)
 LDS_BUDGET = 160 * 1024
 WAVES_PER_SIMD = 2
-STAGE_MARKER = re.compile(r"gfx950-stage-vmem\s+(\d+)")
+STAGE_MARKER = re.compile(r"gfx950-stage-vmem\s+(\d+)\s+depth\s+(\d+)")
+VMCNT = re.compile(r"vmcnt\((\d+)\)")
 BRANCH = re.compile(r"^s_(c?branch\w*)$")
 TERMINATORS = {"s_endpgm", "s_setpc_b64", "s_trap"}
 PACKED_FP32 = {"v_pk_fma_f32", "v_pk_mul_f32", "v_pk_add_f32"}
@@ -430,11 +431,22 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
         counts = set()
         for path in paths:
             pinsts = [i for x in path for i in k.blocks[x].insts]
-            markers = [int(STAGE_MARKER.search(i.args).group(1)) for i in pinsts if i.op == "#marker"]
+            markers = [STAGE_MARKER.search(i.args).groups() for i in pinsts if i.op == "#marker"]
+            loads = sum(1 for i in pinsts if is_vmem(i.op) and "load" in i.op)
+            stores = sum(1 for i in pinsts if is_vmem(i.op) and "store" in i.op)
             vmem = sum(1 for i in pinsts if is_vmem(i.op))
             counts.add(vmem)
-            if len(markers) != 1 or markers[0] != vmem:
+            if len(markers) != 1 or int(markers[0][0]) != vmem:
                 fails.append(f"{tag}: a path issues {vmem} VMEM ops, the hand-placed wait assumes {markers}")
+                break
+            # The wait must retire exactly the stage about to be read: after its loads come its own
+            # iteration's stores and depth-1 further iterations (loads + stores).
+            depth = int(markers[0][1])
+            waits = [int(m.group(1)) for i in pinsts if i.op == "s_waitcnt" and i.in_asm
+                     for m in [VMCNT.search(i.args)] if m]
+            expect = depth * stores + (depth - 1) * loads
+            if waits != [expect]:
+                fails.append(f"{tag}: hand-placed vmcnt waits {waits}, the loop's VMEM stream needs [{expect}]")
                 break
         lines.append(f"    {len(paths)} paths, VMEM ops per stage {sorted(counts)}; "
                      f"MFMA {ops[MFMA]}, v_max {ops['v_max_f32_e32'] + ops['v_max_f32_e64']}, "

@@ -432,7 +432,8 @@ struct Fp8MqaLogitsGfx950 {
   "buffer_load_dword %[sv], %[rs], 0 offen offset:%[so] lds"
 #define GFX950_STAGE_OPERANDS                                                              \
   [dv0] "v"(c.dma[0]), [sv] "v"(c.scale_dma), [rk] "s"(st.rk), [rs] "s"(st.rs),               \
-      [so] "n"(scale_inst_offset(geo())), [wait] "n"(g.vmcnt_wait), "{m0}"(st.m0)
+      [so] "n"(scale_inst_offset(geo())), [wait] "n"(g.vmcnt_wait), "{m0}"(st.m0), \
+      [depth] "n"(kPrefetchStages)
 
   // Prologue: no wait; s_nop 0 is the wait state an M0 write needs before an LDS DMA reads it.
   __device__ __forceinline__ void issue_prologue(const StageLoad& st, const LaneConsts& c) const {
@@ -449,12 +450,12 @@ struct Fp8MqaLogitsGfx950 {
   __device__ __forceinline__ void issue_in_loop(const StageLoad& st, const LaneConsts& c) const {
     if constexpr (g.dmas_per_wave == 1)
       asm volatile("s_waitcnt vmcnt(%[wait]) lgkmcnt(0)\n\ts_barrier\n\t" GFX950_STAGE_DMAS_1
-                   "\n\t; gfx950-stage-vmem %[vm]" ::GFX950_STAGE_OPERANDS,
+                   "\n\t; gfx950-stage-vmem %[vm] depth %[depth]" ::GFX950_STAGE_OPERANDS,
                    [vm] "n"(g.loads_per_stage + g.stores_per_stage)
                    : "memory");
     else
       asm volatile("s_waitcnt vmcnt(%[wait]) lgkmcnt(0)\n\ts_barrier\n\t" GFX950_STAGE_DMAS_2
-                   "\n\t; gfx950-stage-vmem %[vm]" ::GFX950_STAGE_OPERANDS, [dv1] "v"(c.dma[1]),
+                   "\n\t; gfx950-stage-vmem %[vm] depth %[depth]" ::GFX950_STAGE_OPERANDS, [dv1] "v"(c.dma[1]),
                    [vm] "n"(g.loads_per_stage + g.stores_per_stage)
                    : "memory");
   }

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "fp8_mqa_logits_gfx950_layout.h"
+#include "fp8_mqa_logits_params.h"
 
 using namespace aiter::gfx950;
+using aiter::Fp8MqaLogitsParams;
 
 namespace {
 
@@ -47,19 +49,6 @@ int hw_k(int variant, int half, int byte) {
   return 16 * half + (byte % 16) + 32 * (byte / 16);                // 16-byte interleave
 }
 
-struct Args {
-  const uint8_t* q;
-  const uint8_t* kv;
-  const float* scales;
-  const float* w;
-  const int32_t* ks;
-  const int32_t* ke;
-  float* out;
-  int64_t w_stride, out_stride;
-  int M, N, H;
-  bool clean;
-};
-
 // A buffer resource: base (bytes, relative to the tensor) and num_records.
 struct Rsrc {
   int64_t base;
@@ -71,7 +60,7 @@ struct Segment {
 };
 
 struct Emulator {
-  Args a;
+  Fp8MqaLogitsParams a;  // the launcher's argument block
   Geometry g;
   LaunchPlan lp;
   int kmap;
@@ -87,8 +76,8 @@ struct Emulator {
   };
   std::vector<RowInfo> rows;
 
-  Emulator(const Args& args, int split_n, int num_cus, int kmap_variant) : a(args), kmap(kmap_variant) {
-    lp = plan_launch(a.M, a.N, a.H, split_n, num_cus, a.clean);
+  Emulator(const Fp8MqaLogitsParams& args, int split_n, int num_cus, int kmap_variant) : a(args), kmap(kmap_variant) {
+    lp = plan_launch(a.M, a.N, a.H, split_n, num_cus, a.clean_logits);
     g = geometry(a.H, lp.small);
     blocks = int((a.M + g.block_rows - 1) / g.block_rows);
     ring.assign(size_t(g.slots) * g.slot_bytes, 0);
@@ -138,7 +127,7 @@ struct Emulator {
           hi = std::max(hi, se_e[row]);
         }
       }
-      const BlockWork w = block_work(g, lo, hi, a.N, a.clean);
+      const BlockWork w = block_work(g, lo, hi, a.N, a.clean_logits);
       blo[b] = w.lo;
       bhi[b] = w.hi;
       bpre[b] = w.units;
@@ -213,7 +202,7 @@ struct Emulator {
       }
     }
     Facts f;
-    f.w = block_work(g, lo, hi, a.N, a.clean);
+    f.w = block_work(g, lo, hi, a.N, a.clean_logits);
     f.max_s = max_s;
     f.min_e = min_e;
     return f;
@@ -246,7 +235,7 @@ struct Emulator {
       for (int lane = 0; lane < L; ++lane) {
         const uint64_t off = uint64_t(lane) * 4 + inst;
         float v = 0.f;
-        if (buffer_in_range(off, 4, ns)) v = a.scales[int64_t(key_s) + lane];
+        if (buffer_in_range(off, 4, ns)) v = a.kv_scales[int64_t(key_s) + lane];
         std::memcpy(s + m0 + inst + 4 * lane, &v, 4);
       }
     }
@@ -321,7 +310,7 @@ struct Emulator {
           std::memcpy(W.qa[t][s].b[lane] + 16, qrow + frag_chunk(lane, s, 1) * kChunkBytes, 16);
         }
         for (int v = 0; v < 16; ++v)
-          W.w[t][v][lane] = a.w[int64_t(row) * a.w_stride + tile_head0(g, t) + c_row(lane, v)];
+          W.w[t][v][lane] = a.weights[int64_t(row) * a.weights_stride + tile_head0(g, t) + c_row(lane, v)];
       }
     }
   }
@@ -399,7 +388,7 @@ struct Emulator {
         const RowInfo& w = rows[wave_row_slot(g, W.wave, 2 * p + (lane < 32 ? 0 : 1))];
         const int n = k0 + wave_subtile(g, W.wave, j) * kTileCols + lane % 32;
         const bool in = n >= w.s && n < w.e;
-        const bool keep = in || a.clean;
+        const bool keep = in || a.clean_logits;
         x = in ? x : -INFINITY;
         off_a = keep ? off_a : kOutOfRange;
         off_b = keep ? off_b : kOutOfRange;
@@ -582,7 +571,7 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
                    long long w_stride, long long out_stride, int clean, int split_n, int num_cus,
                    int kmap_variant, int* plan_out) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys) return -1;
-  Args a{q, kv, scales, w, ks, ke, out, w_stride, out_stride, M, N, H, clean != 0};
+  Fp8MqaLogitsParams a{q, kv, scales, w, ks, ke, out, M, N, H, kHeadDim, w_stride, out_stride, clean != 0};
   Emulator emu(a, split_n, num_cus, kmap_variant);
   if (plan_out) {
     plan_out[0] = emu.lp.small;
@@ -600,13 +589,14 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean,
                          int num_cus, int* wg_units, int* wg_segments) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0) return -1;
-  Args a{};
+  Fp8MqaLogitsParams a{};
   a.ks = ks;
   a.ke = ke;
   a.M = M;
   a.N = N;
   a.H = H;
-  a.clean = clean != 0;
+  a.D = kHeadDim;
+  a.clean_logits = clean != 0;
   Emulator emu(a, 0, num_cus, 0);
   if (!emu.lp.balanced) return -1;
   emu.build_plan();
