@@ -2,7 +2,7 @@
 
 Default: the balanced plan (one workgroup per CU, the device splits the real units evenly, rows
 with empty windows compacted away). Caller's split_n or M beyond the plan: the fixed grid
-(blocks, split_n) with split_n from the makespan model (a single causal request, Graham's bound).
+(blocks, split_n) with split_n from the makespan model (list scheduling of a single causal request).
 Costs are in stage units (one 64-key x 1024-column stage, or one 64 KiB -inf fill unit) plus
 kSegmentOverheadStages per workgroup segment; these are models, not measurements.
 """

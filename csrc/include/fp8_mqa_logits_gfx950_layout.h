@@ -379,20 +379,10 @@ GFX950_FN uint64_t chunk_valid_mask(int64_t M, int c) {
   const int64_t rows = M - int64_t(c) * kLanes;
   return rows >= kLanes ? ~0ull : (rows <= 0 ? 0ull : ((1ull << rows) - 1));
 }
-GFX950_FN int popcount64(uint64_t x) {
-  int n = 0;
-  for (; x; x &= x - 1) ++n;
-  return n;
-}
-GFX950_FN int ctz64(uint64_t x) {
-  int n = 0;
-  for (; x && !(x & 1); x >>= 1) ++n;
-  return n;
-}
 // Bit index of the k-th (0-based) set bit of m; m must have more than k set bits.
 GFX950_FN int select_bit(uint64_t m, int k) {
   for (int i = 0; i < k; ++i) m &= m - 1;
-  return ctz64(m);
+  return __builtin_ctzll(m);
 }
 
 }  // namespace gfx950

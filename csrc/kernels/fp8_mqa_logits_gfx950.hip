@@ -33,12 +33,13 @@
 // - Stages that every row of the block covers run without compare/select; boundary stages mask.
 //   With clean_logits the kernel writes -inf itself: masked stages store it, and the columns
 //   outside a block's stages are -inf "fill units".
-// - Work = units (compute stages and fill units) per block. Balanced grid (default): every
-//   workgroup derives the same plan from ks/ke on the device (rows with non-empty windows first,
-//   so empty / past-end rows cost nothing; per-block unions; prefix sums) and takes an equal
-//   contiguous share of all units: no host sync, any window layout (multi-request chunks too).
-//   Fixed grid (caller's split_n, or M above the plan's capacity): (blocks, split_n), rows reversed,
-//   split_n from the makespan model in fp8_mqa_logits_gfx950_layout.h.
+// - Work = units per block: a few virtual units for a compute segment's fixed cost, the compute
+//   stages, the -inf fill units. Balanced grid (default): one workgroup per CU; every workgroup
+//   derives the same plan from ks/ke on the device (rows with non-empty windows first, so empty /
+//   past-end rows cost nothing; per-block unions; prefix sums) and takes an equal contiguous share
+//   of all units: no host sync, any window layout (multi-request chunks too). Fixed grid (caller's
+//   split_n, or M above the plan's capacity): (blocks, split_n), rows reversed, split_n from the
+//   list-scheduling makespan model in fp8_mqa_logits_gfx950_layout.h.
 #include <hip/hip_runtime.h>
 #include <stdint.h>
 
