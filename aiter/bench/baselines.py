@@ -9,7 +9,8 @@ from __future__ import annotations
 
 DEEPGEMM_SOURCE = "DeepGEMM v2.6.1 sm_90, measured on one H200 (issue #3 / shared/design/hopper-notes.md)"
 
-_SHAPES = (
+# The contract's benchmark shapes, (mode, M, N): causal, multi_req (4 requests), small (causal).
+BENCHMARK_SHAPES = (
     ("causal", 8192, 8192),
     ("causal", 4096, 32768),
     ("causal", 2048, 65536),
@@ -23,7 +24,7 @@ _SHAPES = (
     ("causal", 64, 8192),
     ("causal", 1024, 1024),
 )
-# (clean, no-clean) µs in the order of _SHAPES.
+# (clean, no-clean) µs in the order of BENCHMARK_SHAPES.
 _H32 = (
     (360, 295), (1049, 1024), (1086, 1074), (1094, 1080), (3342, 3140),
     (385, 271), (391, 282), (394, 284), (173, 95),
@@ -38,7 +39,7 @@ _H64 = (
 DEEPGEMM_H200 = {
     (mode, M, N, H): times
     for H, table in ((32, _H32), (64, _H64))
-    for (mode, M, N), times in zip(_SHAPES, table)
+    for (mode, M, N), times in zip(BENCHMARK_SHAPES, table)
 }
 
 

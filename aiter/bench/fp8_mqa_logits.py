@@ -26,21 +26,7 @@ from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
 from aiter.testing.mqa_logits import in_window_pairs, make_inputs, make_windows, window_mask
 
 D = 128
-# (mode, M, N) in the contract's order: causal, multi_req (4 requests), small (causal windows).
-GPU_SHAPES = (
-    ("causal", 8192, 8192),
-    ("causal", 4096, 32768),
-    ("causal", 2048, 65536),
-    ("causal", 1024, 131072),
-    ("causal", 16384, 32000),
-    ("multi_req", 4096, 32768),
-    ("multi_req", 2048, 65536),
-    ("multi_req", 1024, 131072),
-    ("multi_req", 8192, 8192),
-    ("causal", 128, 4096),
-    ("causal", 64, 8192),
-    ("causal", 1024, 1024),
-)
+GPU_SHAPES = baselines.BENCHMARK_SHAPES
 GPU_QUICK = (("causal", 4096, 32768), ("multi_req", 4096, 32768), ("causal", 128, 4096))
 CPU_SHAPES = (("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024), ("causal", 1024, 8192))
 CPU_QUICK = (("causal", 128, 4096), ("causal", 1024, 1024))

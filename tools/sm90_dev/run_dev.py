@@ -22,7 +22,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from aiter.bench.baselines import deepgemm_h200_us  # noqa: E402
+from aiter.bench.baselines import BENCHMARK_SHAPES, deepgemm_h200_us  # noqa: E402
 from aiter.testing.mqa_logits import (  # noqa: E402
     WINDOW_MODES,
     in_window_pairs,
@@ -158,12 +158,7 @@ def machine_ceilings(flush):
     return peak, bw
 
 
-BENCH = [
-    ("causal", 8192, 8192), ("causal", 4096, 32768), ("causal", 2048, 65536), ("causal", 1024, 131072),
-    ("causal", 16384, 32000),
-    ("multi_req", 4096, 32768), ("multi_req", 2048, 65536), ("multi_req", 1024, 131072), ("multi_req", 8192, 8192),
-    ("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024),
-]
+BENCH = list(BENCHMARK_SHAPES)
 def bench(peak, bw, flush, log, heads, cleans, rows):
     results = []
     log(f"{'shape':>14} {'mode':>9} {'H':>3} {'clean':>5} {'us':>9} {'TFLOP/s':>8} {'%peak':>6} {'floor':>8} {'x floor':>7} {'DeepGEMM':>8} {'vs DG':>6}")
