@@ -1,7 +1,8 @@
 // ATen binding of fp8_mqa_logits (module_fp8_mqa_logits).
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * dot(Q[m,h,:], K[n,:])) * w[m,h]   for n in [s_m, e_m)
-//   -inf elsewhere when clean_logits (else untouched); s_m, e_m = ks[m], ke[m] clamped to [0, N].
+//   -inf elsewhere when clean_logits (else unspecified; the CPU path leaves it untouched);
+//   s_m, e_m = ks[m], ke[m] clamped to [0, N].
 //
 // This file only validates the arguments against the contract (shared/design/operator.md), fills
 // aiter::Fp8MqaLogitsParams and hands them to the CPU path or to the GPU backend of q's device.
@@ -43,6 +44,9 @@ constexpr int64_t kDeviceAlignment = 16;
 
 void check_defined(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.defined(), AITER_OP, name, " is an undefined tensor");
+  // Sparse and mkldnn tensors have no strided storage: say so by name before any pointer is taken.
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, AITER_OP, name, " must be a dense (strided) tensor, got layout ",
+                    t.layout());
 }
 
 void check_dtype(const at::Tensor& t, const char* name, at::ScalarType want, const char* want_text,
@@ -174,6 +178,8 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   check_defined(cu_starts, "cu_starts");
   check_defined(cu_ends, "cu_ends");
   const bool has_out = out.has_value() && out->defined();
+  if (has_out) check_defined(*out, "out");
+  TORCH_CHECK_VALUE(split_n >= 0, AITER_OP, "split_n must be >= 0 (0 = the kernel's own choice), got ", split_n);
 
   check_fp8(q, "q");
   check_fp8(kv, "kv");
@@ -253,6 +259,8 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   return result;
 }
 
+std::string cpu_simd_variant() { return aiter::fp8_mqa_logits_cpu_variant(); }
+
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> names{"cpu"};
 #ifdef AITER_WITH_SM90
@@ -272,6 +280,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("weights"), py::arg("cu_starts"), py::arg("cu_ends"), py::arg("clean_logits"),
         py::arg("out"), py::arg("split_n"), py::call_guard<py::gil_scoped_release>(),
         "Writes the logits into `out` (or a new [M, N] float32 tensor) and returns it.");
+  m.def("cpu_simd_variant", &cpu_simd_variant,
+        "The SIMD variant the CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
   m.def("compiled_backends", &compiled_backends,
         "The backends compiled into this module: a subset of ['cpu', 'sm90', 'gfx950'].");
 }

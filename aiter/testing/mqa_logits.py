@@ -18,7 +18,7 @@ FP8 = torch.float8_e4m3fn
 def mode_applies(mode: str, M: int, N: int) -> bool:
     """cp needs N % M == 0 and M even; every other mode takes any M, N >= 1."""
     if mode == "cp":
-        return M % 2 == 0 and N % M == 0
+        return M > 0 and M % 2 == 0 and N % M == 0
     return True
 
 
@@ -115,8 +115,7 @@ def reference_logits(q, kv, kv_scales, weights, ks, ke, clean_logits=True, max_c
         scaled = torch.relu(dots * s64[None, None, :])
         out[m0:m1] = torch.einsum("mhn,mh->mn", scaled, w64[m0:m1])
     inside = window_mask(ks.to(dev), ke.to(dev), N)
-    fill = float("-inf") if clean_logits else float("nan")
-    return torch.where(inside, out, torch.full_like(out, fill))
+    return out.masked_fill_(~inside, float("-inf") if clean_logits else float("nan"))
 
 
 def in_window_pairs(ks, ke, N: int) -> int:

@@ -30,4 +30,7 @@ constexpr int kTasksPerThread = 8;
 // AITER_FP8_MQA_CPU_SIMD=generic|avx2|avx512|avx512bf16 caps it (to test the narrower ones).
 void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p);
 
+// Name of the SIMD variant fp8_mqa_logits_cpu runs here: "generic", "avx2", "avx512" or "avx512bf16".
+const char* fp8_mqa_logits_cpu_variant();
+
 }  // namespace aiter

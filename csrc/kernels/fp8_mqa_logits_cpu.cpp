@@ -163,7 +163,7 @@ AITER_CPU_INLINE void head_group_epilogue(const typename Simd<W>::f (&acc)[HG][N
     vf l = *reinterpret_cast<const vf*>(lg + v * W);
     for (int h = 0; h < HG; ++h) {
       vf a = acc[h][v] * s;
-      a = reinterpret_cast<vf>(reinterpret_cast<vi>(a) & (a > vf{}));  // relu
+      a = reinterpret_cast<vf>(reinterpret_cast<vi>(a) & ((a > vf{}) | (a != a)));  // relu, NaN kept
       l += a * (w[h] - vf{});
     }
     *reinterpret_cast<vf*>(lg + v * W) = l;
@@ -421,6 +421,8 @@ struct AlignedScratch {
 };
 
 }  // namespace
+
+const char* fp8_mqa_logits_cpu_variant() { return pick_variant().name; }
 
 void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p) {
   if (p.M <= 0 || p.N <= 0) return;

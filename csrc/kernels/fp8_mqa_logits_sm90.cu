@@ -67,7 +67,7 @@ const char* fp8_mqa_logits_sm90_launch(const Fp8MqaLogitsParams& p, int num_sms,
   if (num_sms <= 0) return "fp8_mqa_logits (sm90): num_sms must be positive";
   // Keys and Q-tile rows are 32-bit TMA coordinates and key indices; output offsets are 64-bit.
   if (p.N >= (int64_t(1) << 31) - sm90::kKeysPerTile || p.M * p.H >= (int64_t(1) << 31) - sm90::kQTileCols)
-    return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 - 256";
+    return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 minus one tile (64 keys, one Q tile)";
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   return p.H == 32 ? launch<32>(p, num_sms, s) : launch<64>(p, num_sms, s);
 }

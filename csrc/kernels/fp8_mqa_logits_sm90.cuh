@@ -53,11 +53,13 @@ constexpr int kMaxRowsPerBlock = kQTileCols / 32;
 
 template <int H>
 struct Shape {
-  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 8 (H=32) or 4 (H=64)
+  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 12 / 6 (W=3), 8 / 4 (W=2)
   static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 or 2
   static constexpr int kHeadGroups = H / 8;  // 8-column groups of the fragment per row
   static_assert(kColsPerMathWarpgroup == 128, "the math warpgroups use wgmma m64n128");
   static_assert(kRowsPerWarpgroup % 2 == 0, "the quad reduce-scatter halves the rows twice");
+  // With one slot the math warpgroups wait for the next block's Q before releasing the current one.
+  static_assert(kQSlots >= 2, "the Q ring needs two slots or more");
   static_assert((kKStages & (kKStages - 1)) == 0, "the ring index wraps with a mask");
   static_assert(kQTileCols % kQBoxRows == 0, "whole TMA boxes per Q tile");
 };
@@ -170,6 +172,7 @@ __device__ void plan_ranges(const KernelArgs& a, SharedStorage& sh) {
     if (tid == 0) {
       sh.plan_count[k] = last - first;
       sh.plan_start[k][0] = -1;
+      sh.plan_start[k][1] = 0;
     }
     __syncthreads();
     if (first < last && before[k] <= first && first < before[k] + mine[k]) {
@@ -452,8 +455,9 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[64], const Bloc
     const float send = hi_rows ? rows[k] : rows[R / 2 + k];
     float v = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * kv_scale;
     const bool outside = key < br.win_lo[k] || key >= br.win_hi[k];
-    v = (a.clean_logits && outside) ? __int_as_float(0xff800000) : v;
-    store_if(br.out_row[k] + key, v, key_ok && br.row_ok[k]);
+    v = outside ? __int_as_float(0xff800000) : v;
+    // Without clean_logits only in-window elements are written: an empty row stays untouched.
+    store_if(br.out_row[k] + key, v, key_ok && br.row_ok[k] && (a.clean_logits || !outside));
   }
 }
 
