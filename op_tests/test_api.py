@@ -110,11 +110,24 @@ def test_deepgemm_call_form_matches_aiter_form():
     assert torch.equal(a[inside], c[inside])
     with pytest.raises(TypeError, match="kv must be the pair"):
         fp8_mqa_logits_deepgemm(q, kv, w, ks, ke)
+    assert torch.equal(a, fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=61))
+
+
+def test_aiter_keyword_names_Q_and_KV():
+    """aiter's Triton op names its first two parameters Q and KV: keyword call sites swap by import."""
+    q, kv, s, w, ks, ke = _case(mode="causal")
+    a = fp8_mqa_logits(q, kv, s, w, ks, ke)
+    b = fp8_mqa_logits(Q=q, KV=kv, kv_scales=s, weights=w, cu_starts=ks, cu_ends=ke)
+    assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="both q and Q"):
+        fp8_mqa_logits(q, kv, s, w, ks, ke, Q=q)
+    with pytest.raises(TypeError, match="missing required argument.*weights"):
+        fp8_mqa_logits(Q=q, KV=kv, kv_scales=s, cu_starts=ks, cu_ends=ke)
 
 
 def test_bad_argument_is_a_clear_error():
     q, kv, s, w, ks, ke = _case()
-    with pytest.raises((TypeError, ValueError, RuntimeError), match="kv"):
+    with pytest.raises((TypeError, ValueError, RuntimeError), match=r"\bkv must"):
         fp8_mqa_logits(q, kv.view(torch.uint8), s, w, ks, ke)
 
 
@@ -124,6 +137,7 @@ def test_is_supported():
     assert not is_supported(0, 128, "cpu") and not is_supported(32, 0, "cpu")
     assert not is_supported("x", 128, "cpu") and not is_supported(None, 128)
     assert not is_supported(32, 128, "meta")
+    assert not is_supported(32, 128, "bogus")
     if not torch.cuda.is_available():
         assert not is_supported(32, 128, "cuda")
         assert is_supported(7, 9)  # no GPU visible: the default device is the CPU

@@ -199,6 +199,15 @@ def tiny(tmp_path):
     return run
 
 
+def test_build_writes_nothing_into_the_source_tree(tiny):
+    """The build runs on a private copy of the sources (ROCm's hipify writes *_hip files beside
+    the sources it converts; a read-only install could not build, and the next key would change)."""
+    before = sorted(p.relative_to(tiny.root) for p in tiny.root.rglob("*"))
+    info, _ = tiny()
+    assert info["answer"] == 42
+    assert sorted(p.relative_to(tiny.root) for p in tiny.root.rglob("*")) == before
+
+
 def test_changed_header_rebuilds_and_unchanged_reuses(tiny):
     first, _ = tiny()
     assert first["built"] and first["answer"] == 42

@@ -39,7 +39,10 @@ def main(argv=None) -> int:
         print(f"check_isa: {module_name} has no check(asm_out) function", file=sys.stderr)
         return 2
     status = check(args.asm_out)
-    return int(status or 0)
+    if not isinstance(status, int):
+        print(f"check_isa: {module_name}.check returned {status!r}, not an exit status", file=sys.stderr)
+        return 2
+    return status
 
 
 if __name__ == "__main__":

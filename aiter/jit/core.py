@@ -392,13 +392,23 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, final_dir: Path):
     _cleanup_orphans(module_dir, key)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-{os.getpid()}-", dir=module_dir))
     try:
+        # Build from a private copy of the source tree: on ROCm, cpp_extension hipifies the sources
+        # in place (new *_hip files beside them), which would change the next key and fail on a
+        # read-only install. The key is taken from the originals.
+        src_copy = tmp / "src"
+        shutil.copytree(spec.root, src_copy)
+
+        def in_copy(path: str) -> str:
+            rel = os.path.relpath(os.path.abspath(path), spec.root)
+            return path if rel.startswith("..") else os.fspath(src_copy / rel)
+
         job = {
             "name": spec.name,
-            "sources": list(spec.sources),
+            "sources": [in_copy(s) for s in spec.sources],
             "extra_cflags": list(spec.extra_cflags),
             "extra_cuda_cflags": list(spec.extra_cuda_cflags),
             "extra_ldflags": list(spec.extra_ldflags),
-            "include_dirs": list(spec.include_dirs),
+            "include_dirs": [in_copy(d) for d in spec.include_dirs],
             "build_dir": os.fspath(tmp),
         }
         (tmp / "job.json").write_text(json.dumps(job, indent=1))
@@ -425,6 +435,7 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, final_dir: Path):
             )
         for obj in tmp.glob("*.o"):
             obj.unlink()
+        shutil.rmtree(src_copy, ignore_errors=True)
         meta = {
             "key": key,
             "targets": list(spec.targets),

@@ -83,14 +83,23 @@ def _out_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, 
     return None
 
 
-def fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, *, out=None, split_n=None):
+def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None, cu_ends=None, clean_logits=True,
+                   *, out=None, split_n=None, Q=None, KV=None):
     """Logits [M, N] float32 (argument order of aiter's Triton op).
 
     q [M, H, D] e4m3fn, kv [N, D] e4m3fn, kv_scales [N] (or [N, 1]) float32 > 0, weights [M, H]
     float32, cu_starts / cu_ends [M] int32 raw window bounds (clamped to [0, N]). With ``out`` (an
     [M, N] float32 view, stride(1) == 1) the result is written there and ``out`` is returned.
     ``split_n``: gfx950 key-range split, None or 0 = chosen by the kernel's model.
+    ``Q=`` and ``KV=`` are accepted for ``q`` and ``kv``: aiter's Triton op names them so, and call
+    sites that pass them by keyword then swap by import too.
     """
+    q = _one_of(q, Q, "q", "Q")
+    kv = _one_of(kv, KV, "kv", "KV")
+    given = dict(q=q, kv=kv, kv_scales=kv_scales, weights=weights, cu_starts=cu_starts, cu_ends=cu_ends)
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise TypeError(f"fp8_mqa_logits() missing required argument(s): {', '.join(missing)}")
     split = 0 if split_n is None else int(split_n)
     clean = bool(clean_logits)
     if out is None:
@@ -99,8 +108,17 @@ def fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=T
     return out
 
 
-def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True):
-    """DeepGEMM's call form: ``fp8_mqa_logits(q, (kv, kv_scales), weights, ks, ke, clean_logits)``."""
+def _one_of(value, alias, name, alias_name):
+    if value is not None and alias is not None:
+        raise TypeError(f"fp8_mqa_logits() got both {name} and {alias_name} (the same argument)")
+    return value if value is not None else alias
+
+
+def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
+    """DeepGEMM's call form: ``fp8_mqa_logits(q, (kv, kv_scales), weights, ks, ke, clean_logits)``.
+
+    ``max_seqlen_k`` (a sizing hint some DeepGEMM versions take) is accepted and not needed here.
+    """
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError("fp8_mqa_logits_deepgemm: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
     kv_fp8, kv_scales = kv
@@ -136,7 +154,10 @@ def is_supported(num_heads, head_dim, device=None) -> bool:
         return False
     if H < 1 or D < 1:
         return False
-    dev = _default_device() if device is None else torch.device(device)
+    try:
+        dev = _default_device() if device is None else torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        return False
     if dev.type == "cpu":
         return True
     if dev.type != "cuda" or H not in GPU_HEADS or D != GPU_HEAD_DIM:
