@@ -1,7 +1,7 @@
 // fp8_mqa_logits for NVIDIA Hopper (sm_90a): TMA + wgmma, warp-specialised, persistent.
 //
 //   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]    for n in [s_m, e_m)
-//                  -inf elsewhere when clean_logits
+//                  -inf elsewhere when clean_logits; without it nothing outside the windows is written
 //   (kv_scale > 0 is a precondition, so it is applied after the head sum.)
 //
 // Tensors (see fp8_mqa_logits_params.h):
@@ -15,8 +15,9 @@
 //              its Q tile is kQTileCols (row, head) columns x 128 d.
 //   K tile   = 64 keys. A Q block only visits the K tiles of its union window [lo, hi).
 //   Each CTA is persistent. All CTAs derive the same plan from ks/ke on the device (no host sync):
-//   the concatenated list of (Q block, K tile) units is cut into gridDim.x equal ranges, so causal
-//   and multi-request chunks balance by real window work. With clean_logits, the column tiles
+//   the concatenated list of (Q block, K tile) units, each block preceded by kBlockOverheadTiles units
+//   for starting it, is cut into gridDim.x equal ranges, so causal and multi-request chunks balance
+//   by real window work. With clean_logits, the column tiles
 //   outside each block's union window form a second list, cut the same way, that the spare producer
 //   warps fill with -inf while the math warpgroups compute.
 //
@@ -46,7 +47,7 @@ namespace aiter {
 namespace sm90 {
 
 constexpr int kKTileBytes = kKeysPerTile * kHeadDim;  // 8 KiB
-constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 32 KiB
+constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 48 KiB with three math warpgroups
 constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
 constexpr int kFillThreads = 96;
 constexpr int kMaxRowsPerBlock = kQTileCols / 32;
