@@ -12,7 +12,7 @@ namespace sm90 {
 // all of them consume every K tile. 2: two accumulators each, so a warpgroup's next MMA runs under
 // its own epilogue. 3: one accumulator each; the three MMAs on a shared K tile finish in turn, so
 // the epilogues stagger, and each scheduler has three math warps to hide latency with.
-// Measured on the H200 (tools/sm90_dev/ab.sh), 4096x32768 causal: 2 -> 1237 / 2433 us, 3 -> 988 /
+// Measured on the H200 (tools/sm90_dev/ab_flags.sh), 4096x32768 causal: 2 -> 1237 / 2433 us, 3 -> 988 /
 // 1967 us (H=32 / H=64); the CUDA-core epilogue is latency-bound with two math warps per scheduler.
 // AITER_SM90_MATH_WARPGROUPS overrides the default for measurements (tools/sm90_dev).
 #ifndef AITER_SM90_MATH_WARPGROUPS
