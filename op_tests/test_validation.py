@@ -104,6 +104,10 @@ BAD_INPUTS = [
     ("out-every-other-column", lambda a: None, {"out": torch.empty(M, 2 * N)[:, ::2]}, ValueError, r"\bout must have a contiguous last dim"),
     ("out-overlapping-rows", lambda a: None, {"out": torch.empty(M * N).as_strided((M, N), (N - 1, 1))}, ValueError, r"\bout row stride \(stride\(0\) = 39\) must be >= N = 40"),
     ("out-broadcast-row", lambda a: None, {"out": torch.empty(N).expand(M, N)}, ValueError, r"\bout row stride \(stride\(0\) = 0\) must be >= N = 40"),
+    # layouts and scalar arguments
+    ("kv_scales-sparse", lambda a: a.update(kv_scales=a["kv_scales"].to_sparse()), {}, ValueError, r"\bkv_scales must be a dense \(strided\) tensor, got layout Sparse"),
+    ("weights-sparse", lambda a: a.update(weights=a["weights"].to_sparse()), {}, ValueError, r"\bweights must be a dense \(strided\) tensor"),
+    ("split_n-negative", lambda a: None, {"split_n": -1}, ValueError, r"\bsplit_n must be >= 0"),
     # devices a CPU-only machine can check: "meta" tensors mixed with CPU ones
     ("kv-on-meta", lambda a: a.update(kv=a["kv"].to("meta")), {}, RuntimeError, r"\bkv is on meta but q is on cpu"),
     ("weights-on-meta", lambda a: a.update(weights=a["weights"].to("meta")), {}, RuntimeError, r"\bweights is on meta but q is on cpu"),
@@ -115,7 +119,7 @@ BAD_INPUTS = [
 def test_bad_input_is_a_clear_error(breaker, kwargs, error, pattern):
     args = good_args()
     breaker(args)
-    sentinel = {k: v.clone() for k, v in kwargs.items() if v.device.type != "meta"}
+    sentinel = {k: v.clone() for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.device.type != "meta"}
     with pytest.raises(error, match=pattern):
         call(args, **kwargs)
     for k, v in sentinel.items():  # a rejected `out` is not written
