@@ -14,6 +14,11 @@ namespace sm90 {
 // the epilogues stagger, and each scheduler has three math warps to hide latency with.
 // Measured on the H200 (tools/sm90_dev/ab_flags.sh), 4096x32768 causal: 2 -> 1237 / 2433 us, 3 -> 988 /
 // 1967 us (H=32 / H=64); the CUDA-core epilogue is latency-bound with two math warps per scheduler.
+// Four do not fit: 640 threads get 96 registers each at launch, so 104 per math thread at most, too
+// few for the 32 weights beside the accumulator. Reading the weights from shared memory every tile
+// instead (a 4-way bank-conflicted layout) measured 1.73x slower with four and 1.85x with three
+// (4096x32768 causal H=32): the wgmma operands already take ~75% of the shared-memory bandwidth
+// (24 KiB per warpgroup per 256-cycle MMA at 128 B/cycle), so even conflict-free it would not fit.
 // AITER_SM90_MATH_WARPGROUPS overrides the default for measurements (tools/sm90_dev).
 #ifndef AITER_SM90_MATH_WARPGROUPS
 #define AITER_SM90_MATH_WARPGROUPS 3

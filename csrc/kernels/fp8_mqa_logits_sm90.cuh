@@ -50,7 +50,13 @@ constexpr int kKTileBytes = kKeysPerTile * kHeadDim;  // 8 KiB
 constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 48 KiB with three math warpgroups
 constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
 constexpr int kFillThreads = 96;
+// Fill runs up to this many columns (2 KiB) go a warp per row (fill_outside_windows): measured on
+// the H200, a warp per row took 1024x1024 causal clean from 28.8 to 20.3 us (short runs: loop
+// overhead) but multi_req 8192x8192 clean from 117 to 137 us (long runs: three rows' scattered
+// 512-byte stores instead of one row's contiguous 1.5 KiB).
+constexpr int kFillShortRun = 512;
 constexpr int kMaxRowsPerBlock = kQTileCols / 32;
+constexpr int kWeightRun = 32 + 4;
 
 template <int H>
 struct Shape {
@@ -68,8 +74,11 @@ struct Shape {
 struct SharedStorage {
   alignas(1024) uint8_t q[kQSlots][kQTileBytes];
   alignas(1024) uint8_t k[kKStages][kKTileBytes];
-  float w[kQSlots][kQTileCols];            // weights of the slot's (row, head) columns
-  int2 window[kQSlots][kMaxRowsPerBlock];  // clamped [s, e) of each row of the slot's block
+  // Weights of the slot's (row, head) columns in the math threads' order (weight_index): the 32 of
+  // each (math warpgroup, quad lane) are contiguous, read once per block as 8 16-byte vectors; runs
+  // padded to kWeightRun floats so a quarter warp's 4 vectors fall in different banks.
+  alignas(16) float w[kQSlots][kMathWarpgroups * 4][kWeightRun];
+  alignas(16) int2 window[kQSlots][kMaxRowsPerBlock];  // clamped [s, e) of each row of the slot's block
   int slot_block[kQSlots];                 // Q block index, -1 = no more work
   int slot_tile_begin[kQSlots];
   int slot_tile_end[kQSlots];
@@ -80,6 +89,7 @@ struct SharedStorage {
   long long plan_units[kThreads][2];  // per-thread unit counts of the plan scan (compute, fill)
   long long plan_start[2][2];         // (block, offset) where this CTA's compute / fill range starts
   long long plan_count[2];            // units in this CTA's compute / fill range
+  int2 fill_window[kFillThreads];     // clamped windows of the blocks the fill warps walk next
 };
 
 // The kernel takes the binding's argument block by value; key indices are 32-bit (the launcher
@@ -194,37 +204,39 @@ __device__ void plan_ranges(const KernelArgs& a, SharedStorage& sh) {
 }
 
 // ---- producer: Q blocks into slots, K tiles into the ring --------------------------------------
-// What the producer warp loads of one Q block, spread over its lanes: lane r < kRowsPerBlock holds
-// row r's clamped window, every lane kQTileCols / 32 of the block's weights.
-struct BlockLoads {
-  int2 window;
-  float w[kQTileCols / 32];
-};
-
+// Row r < kRowsPerBlock of block `b`, clamped window, on lane r (the producer walks the blocks with
+// these in registers, one block ahead). The lanes also ask L2 for the block's weights, which are
+// copied into the slot with cp.async once it is published: no registers hold them meanwhile.
 template <int H>
-__device__ __forceinline__ BlockLoads load_block(const KernelArgs& a, int64_t b, int lane) {
+__device__ __forceinline__ int2 load_block_window(const KernelArgs& a, int64_t b, int lane) {
   using S = Shape<H>;
-  BlockLoads l;
   const int64_t m = b * S::kRowsPerBlock + lane;
-  l.window = make_int2(0, 0);
-  if (lane < S::kRowsPerBlock && m < a.M)
-    l.window = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+  if (lane >= S::kRowsPerBlock || m >= a.M) return make_int2(0, 0);
+  const float* w_row = a.weights + m * a.weights_stride;
 #pragma unroll
-  for (int i = 0; i < kQTileCols / 32; ++i) {
-    const int col = lane + 32 * i;
-    const int64_t row = b * S::kRowsPerBlock + col / H;
-    l.w[i] = row < a.M ? __ldg(a.weights + row * a.weights_stride + col % H) : 0.f;
-  }
-  return l;
+  for (int h = 0; h < H; h += 32) prefetch_l2(w_row + h);  // 128-byte lines
+  return make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
 }
 
-// Union window of the loaded block in K tiles (same as block_tiles, from the lanes' windows).
-__device__ __forceinline__ int2 union_tiles(const BlockLoads& l) {
-  const bool live = l.window.x < l.window.y;
-  const int lo = __reduce_min_sync(0xffffffffu, live ? l.window.x : 0x7fffffff);
-  const int hi = __reduce_max_sync(0xffffffffu, live ? l.window.y : 0);
+// Union window of the block in K tiles, from the lanes' windows (same as block_tiles).
+__device__ __forceinline__ int2 union_tiles(int2 window) {
+  const bool live = window.x < window.y;
+  const int lo = __reduce_min_sync(0xffffffffu, live ? window.x : 0x7fffffff);
+  const int hi = __reduce_max_sync(0xffffffffu, live ? window.y : 0);
   if (hi == 0) return make_int2(0, 0);
   return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+}
+
+// Position of the block's (row, head) column `col` in SharedStorage::w: math warpgroup g's quad
+// lane q holds heads 8 hg + 2q + c of rows [g R, g R + R) (the accumulator fragment, file header), in
+// the order the epilogue consumes them: [g][q][(r * H/8 + hg) * 2 + c].
+template <int H>
+__device__ __forceinline__ int weight_index(int col) {
+  using S = Shape<H>;
+  const int row = col / H, head = col % H;
+  const int g = row / S::kRowsPerWarpgroup, r = row % S::kRowsPerWarpgroup;
+  const int hg = head / 8, q = (head % 8) / 2, c = head % 2;
+  return (g * 4 + q) * kWeightRun + (r * S::kHeadGroups + hg) * 2 + c;
 }
 
 template <int H>
@@ -238,23 +250,31 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
   long long offset = sh.plan_start[0][1];
   // The next block's loads are issued before this block's K tiles, so their latency hides behind
   // the ring waits (a block of causal or multi-request chunks can be a single tile).
-  BlockLoads next = left > 0 ? load_block<H>(a, b, lane) : BlockLoads{};
+  int2 next = left > 0 ? load_block_window<H>(a, b, lane) : make_int2(0, 0);
   while (left > 0 && b < blocks) {  // b < blocks: a guard, the plan's ranges end inside the list
-    const BlockLoads cur = next;
-    const int2 tiles = union_tiles(cur);
+    const int2 window = next;
+    const int2 tiles = union_tiles(window);
     // This CTA's units of the block: [offset, offset + take); the first kBlockOverheadTiles stand
     // for starting the block, the rest for its tiles.
     const long long units = tiles.y > tiles.x ? (tiles.y - tiles.x) + kBlockOverheadTiles : 0;
     const long long take = imin64(left, units - offset);
-    if (b + 1 < blocks && take < left) next = load_block<H>(a, b + 1, lane);
+    if (b + 1 < blocks && take < left) next = load_block_window<H>(a, b + 1, lane);
     const int tile_begin = tiles.x + static_cast<int>(max(offset, (long long)kBlockOverheadTiles) - kBlockOverheadTiles);
     const int tile_end =
         tiles.x + static_cast<int>(max(offset + take, (long long)kBlockOverheadTiles) - kBlockOverheadTiles);
     if (take > 0 && tile_end > tile_begin) {
       mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
-      if (lane < S::kRowsPerBlock) sh.window[slot][lane] = cur.window;
+      if (lane < S::kRowsPerBlock) sh.window[slot][lane] = window;
 #pragma unroll
-      for (int i = 0; i < kQTileCols / 32; ++i) sh.w[slot][lane + 32 * i] = cur.w[i];
+      for (int i = 0; i < kQTileCols / 32; ++i) {
+        const int col = lane + 32 * i;
+        const int64_t row = b * S::kRowsPerBlock + col / H;
+        const bool valid = row < a.M;
+        cp_async_4(&sh.w[slot][0][0] + weight_index<H>(col), a.weights + (valid ? row * a.weights_stride + col % H : 0),
+                   valid);
+      }
+      // q_full completes after 32 plain arrivals (these stores, released) and 32 cp.async arrivals.
+      cp_async_arrive_noinc(&sh.q_full[slot]);
       if (lane == 0) {
         sh.slot_block[slot] = static_cast<int>(b);
         sh.slot_tile_begin[slot] = tile_begin;
@@ -287,57 +307,97 @@ __device__ void produce(const KernelArgs& a, SharedStorage& sh, const CUtensorMa
   // Sentinel: tells the math warpgroups there is no further block.
   mbar_wait(&sh.q_empty[slot], slot_phase ^ 1);
   if (lane == 0) sh.slot_block[slot] = -1;
+  cp_async_arrive_noinc(&sh.q_full[slot]);
   mbar_arrive(&sh.q_full[slot]);
 }
 
-// -inf over columns [n0, n1) of one row, 16-byte stores where the row allows.
-__device__ __forceinline__ void fill_row_run(float* row, int64_t n0, int64_t n1, int tid, bool vec_ok) {
+// -inf over columns [n0, n1) of one row by `threads` threads (this one is `t`), 16-byte stores where
+// the row allows. Streaming stores (st.global.cs, like the epilogue's), so the output passes through
+// L2 without evicting K and Q. Column indices are 32-bit: the launcher keeps N below 2^31 - 64.
+__device__ __forceinline__ void fill_row_run(float* row, int n0, int n1, int t, int threads, bool vec_ok) {
   const float neg_inf = __int_as_float(0xff800000);
   if (vec_ok) {
     // Scalar head up to 16-byte alignment, vector body, scalar tail.
-    const int64_t v0 = min(n1, (n0 + 3) & ~int64_t(3)), v1 = max(v0, n1 & ~int64_t(3));
-    for (int64_t n = n0 + tid; n < v0; n += kFillThreads) row[n] = neg_inf;
+    const int v0 = min(n1, (n0 + 3) & ~3), v1 = max(v0, n1 & ~3);
+    for (int n = n0 + t; n < v0; n += threads) row[n] = neg_inf;
     float4* body = reinterpret_cast<float4*>(row + v0);
-    for (int64_t k = tid; k < (v1 - v0) / 4; k += kFillThreads) body[k] = make_float4(neg_inf, neg_inf, neg_inf, neg_inf);
-    for (int64_t n = v1 + tid; n < n1; n += kFillThreads) row[n] = neg_inf;
+    const float4 v = make_float4(neg_inf, neg_inf, neg_inf, neg_inf);
+    for (int k = t; k < (v1 - v0) / 4; k += threads) __stcs(body + k, v);
+    for (int n = v1 + t; n < n1; n += threads) row[n] = neg_inf;
   } else {
-    for (int64_t n = n0 + tid; n < n1; n += kFillThreads) row[n] = neg_inf;
+    for (int n = n0 + t; n < n1; n += threads) row[n] = neg_inf;
   }
 }
 
+// The fill warps synchronise among themselves only (named barrier 1; 0 is __syncthreads).
+__device__ __forceinline__ void fill_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kFillThreads) : "memory"); }
+
 // The fill units of a block are the column tiles outside its union window: tile u for u < lo, else
-// hi + (u - lo). This CTA's share of them is written row by row in long contiguous runs, so each
-// warp store covers 512 consecutive bytes of one row.
+// hi + (u - lo). This CTA's share of them is written row by row in contiguous runs: a long run by
+// all three warps (1.5 KiB per store round), a short one (up to kFillShortRun columns) by one warp,
+// so three rows go at once and a run costs one warp's loop overhead, not three.
+// The windows of kFillThreads / kRowsPerBlock blocks are loaded at once, one row per thread: near
+// the end of a causal chunk a CTA's share spans hundreds of blocks of a tile or two each, and one
+// dependent load per block made the walk latency-bound. Measured on the H200 (ab_flags.sh, clean,
+// H=32): the fill was the whole cost of clean_logits (8192x8192 causal 341 us with the per-block
+// walk, 288 us with no fill at all; 1024x1024 causal 28.8 / 19.9 us); batched loads and the short-run
+// split give 298 and 20.5 us. (Pacing the fill behind the compute helped multi_req rows by 4-8% and
+// cost the others up to 13%: not kept.)
 template <int H>
 __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int tid) {
   using S = Shape<H>;
+  constexpr int R = S::kRowsPerBlock;
+  constexpr int kBatch = kFillThreads / R;
+  // Per-block quantities are 32-bit (tiles < 2^25); only the CTA's unit count needs 64.
   int64_t b = sh.plan_start[1][0];
   long long left = b < 0 ? 0 : sh.plan_count[1];
-  long long unit = sh.plan_start[1][1];
-  const int64_t tiles_n = key_tiles(a.N);
+  int unit = static_cast<int>(sh.plan_start[1][1]);
+  const int tiles_n = static_cast<int>(key_tiles(a.N));
   const bool vec_ok = (reinterpret_cast<uintptr_t>(a.out) % 16 == 0) && (a.out_stride % 4 == 0);
-  const int64_t blocks = (a.M + S::kRowsPerBlock - 1) / S::kRowsPerBlock;
+  const int64_t blocks = (a.M + R - 1) / R;
   while (left > 0 && b < blocks) {
-    const int2 tiles = block_tiles<H>(a, b);
-    const long long units = tiles_n - (tiles.y - tiles.x);
-    const long long take = imin64(left, units - unit);
-    // Units [unit, unit + take) as at most two column-tile intervals.
-    const int64_t run_tiles[2][2] = {{unit, imin64(unit + take, tiles.x)},
-                                     {tiles.y + (max(unit, (long long)tiles.x) - tiles.x),
-                                      tiles.y + (unit + take - tiles.x)}};
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {
-      const int64_t t0 = run_tiles[part][0], t1 = run_tiles[part][1];
-      if (t0 >= t1 || (part == 1 && unit + take <= tiles.x)) continue;
-      const int64_t n0 = t0 * kKeysPerTile, n1 = imin64(a.N, t1 * kKeysPerTile);
-      for (int r = 0; r < S::kRowsPerBlock; ++r) {
-        const int64_t m = b * S::kRowsPerBlock + r;
-        if (m < a.M) fill_row_run(a.out + m * a.out_stride, n0, n1, tid, vec_ok);
-      }
+    if (tid < kBatch * R) {
+      const int64_t m = b * R + tid;
+      sh.fill_window[tid] = m < a.M ? make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N))
+                                    : make_int2(0, 0);
     }
-    left -= take;
-    ++b;
-    unit = 0;
+    fill_warps_sync();
+    for (int i = 0; i < kBatch && left > 0 && b < blocks; ++i, ++b) {
+      int lo = 0x7fffffff, hi = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int2 w = sh.fill_window[i * R + r];
+        if (w.x < w.y) {
+          lo = min(lo, w.x);
+          hi = max(hi, w.y);
+        }
+      }
+      const int2 tiles =
+          hi == 0 ? make_int2(0, 0) : make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+      const int units = tiles_n - (tiles.y - tiles.x);
+      const int take = static_cast<int>(imin64(left, units - unit));
+      // Units [unit, unit + take) as at most two column-tile intervals.
+      const int run_tiles[2][2] = {{unit, min(unit + take, tiles.x)},
+                                   {tiles.y + (max(unit, tiles.x) - tiles.x), tiles.y + (unit + take - tiles.x)}};
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int t0 = run_tiles[part][0], t1 = run_tiles[part][1];
+        if (t0 >= t1 || (part == 1 && unit + take <= tiles.x)) continue;
+        const int n0 = t0 * kKeysPerTile, n1 = static_cast<int>(imin64(a.N, int64_t(t1) * kKeysPerTile));
+        const bool short_run = n1 - n0 <= kFillShortRun;
+        const int warps = kFillThreads / 32;
+#pragma unroll 1
+        for (int r = short_run ? tid / 32 : 0; r < R; r += short_run ? warps : 1) {
+          const int64_t m = b * R + r;
+          if (m < a.M)
+            fill_row_run(a.out + m * a.out_stride, n0, n1, short_run ? tid % 32 : tid, short_run ? 32 : kFillThreads,
+                         vec_ok);
+        }
+      }
+      left -= take;
+      unit = 0;
+    }
+    fill_warps_sync();  // before the next batch overwrites fill_window
   }
 }
 
@@ -345,65 +405,70 @@ __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int
 // Measurement-only variants (tools/sm90_dev), selected at compile time; 0 is the product:
 //   1: epilogue without the relu / weight / head-sum arithmetic (what MMA + pipeline + stores cost)
 //   2: no MMA issued (what the epilogue alone costs)
+//   3: no -inf fill by the producer's spare warps (what the fill costs; clean output incomplete)
 #ifndef AITER_SM90_VARIANT
 #define AITER_SM90_VARIANT 0
 #endif
 
-// A predicated store: no branch around it in the epilogue (branch resolution stalled the math warps).
+// A predicated streaming store: no branch around it in the epilogue (branch resolution stalled the
+// math warps). Streaming (.cs, evict-first): nothing reads the output back, and K and Q stay in L2.
+// Measured on the H200 (tools/sm90_dev/ab_flags.sh, this and the fill's stores against plain ones):
+// multi_req 4096x32768 clean 324 -> 308 us (H=32), 543 -> 530 us (H=64); other rows within noise.
 __device__ __forceinline__ void store_if(float* p, float v, bool pred) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
       "setp.ne.b32 p, %2, 0;\n"
-      "@p st.global.f32 [%0], %1;\n"
+      "@p st.global.cs.f32 [%0], %1;\n"
       "}\n" ::"l"(p),
       "f"(v), "r"(int(pred))
       : "memory");
 }
 
-// What a math thread keeps per Q block: its weights and, for the rows it stores, the row pointer and
-// the clamped window.
+// What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
+// consecutive rows it stores, the first row's output pointer, how many of the rows are < M and their
+// clamped windows.
 template <int H>
 struct BlockRows {
-  static constexpr int R = Shape<H>::kRowsPerWarpgroup;
-  // w / 2: relu(x) * w == (x + |x|) * (w / 2) exactly, and x + |x| is one FADD on the FMA pipe where
-  // fmaxf would be an FMNMX on the busier ALU pipe.
-  float half_w[2 * R * Shape<H>::kHeadGroups];
-  float* out_row[R / 2];
-  int win_lo[R / 2];
-  int win_hi[R / 2];
-  bool row_ok[R / 2];  // false for rows past M
+  static constexpr int kRows = Shape<H>::kRowsPerWarpgroup / 2;
+  float w[32];
+  float* out_row;
+  int valid_rows;
+  int2 window[kRows];
 };
 
 template <int H>
 __device__ __forceinline__ void load_block_rows(BlockRows<H>& br, const SharedStorage& sh, int slot, int block, int wg,
-                                                int quad, int row_in_wg, const KernelArgs& a) {
-  using S = Shape<H>;
-  constexpr int R = S::kRowsPerWarpgroup;
+                                                int quad, int local_row, const KernelArgs& a) {
+  const float4* w = reinterpret_cast<const float4*>(sh.w[slot][wg * 4 + quad]);
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int g = 0; g < S::kHeadGroups; ++g) {
-      const float2 pair = *reinterpret_cast<const float2*>(&sh.w[slot][(wg * R + r) * H + g * 8 + 2 * quad]);
-      br.half_w[(r * S::kHeadGroups + g) * 2] = 0.5f * pair.x;
-      br.half_w[(r * S::kHeadGroups + g) * 2 + 1] = 0.5f * pair.y;
-    }
-#pragma unroll
-  for (int k = 0; k < R / 2; ++k) {
-    const int local = wg * R + row_in_wg + k;
-    const int64_t m = int64_t(block) * S::kRowsPerBlock + local;
-    br.row_ok[k] = m < a.M;
-    br.out_row[k] = a.out + (br.row_ok[k] ? m : 0) * a.out_stride;
-    br.win_lo[k] = sh.window[slot][local].x;
-    br.win_hi[k] = sh.window[slot][local].y;
+  for (int v = 0; v < 8; ++v) {
+    const float4 x = w[v];
+    br.w[4 * v] = x.x;
+    br.w[4 * v + 1] = x.y;
+    br.w[4 * v + 2] = x.z;
+    br.w[4 * v + 3] = x.w;
   }
+  const int64_t m = int64_t(block) * Shape<H>::kRowsPerBlock + local_row;
+  br.out_row = a.out + (m < a.M ? m : 0) * a.out_stride;
+  br.valid_rows = static_cast<int>(imin64(a.M - m, 64));
+#pragma unroll
+  for (int k = 0; k < BlockRows<H>::kRows; ++k) br.window[k] = sh.window[slot][local_row + k];
 }
 
-// relu, x w, head sum and the quad reduce-scatter of one tile's accumulator, then x kv_scale and the
-// store. Each thread ends with kRowsPerWarpgroup/2 values of one key.
+// The epilogue of one tile: head_sums (relu, x w, each thread's share of the head sum: 8 values out
+// of 64), then reduce_store (quad reduce-scatter, x kv_scale, store).
+//
+// relu(x) is computed as (x + |x|), one FADD on the FMA pipe where fmaxf would be an FMNMX on the
+// busier ALU pipe; reduce_store's `half_kv_scale` = kv_scale / 2 takes the 2 back out (scaling by 2
+// and 1/2 is exact, so the result is bit-identical to fmaxf(x, 0) * w).
 template <int H>
-__device__ __forceinline__ void tile_epilogue(const float (&acc)[64], const BlockRows<H>& br, float kv_scale, int key,
-                                              const KernelArgs& a, int lane) {
+struct HeadSums {
+  float v[2][Shape<H>::kRowsPerWarpgroup];  // [key row i of the fragment][row]
+};
+
+template <int H>
+__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const BlockRows<H>& br) {
   using S = Shape<H>;
   constexpr int R = S::kRowsPerWarpgroup;
   // FFMA chains per (key, row): 8 chains in all keep the FFMA latency hidden (H=32: one per (key,
@@ -428,37 +493,45 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[64], const Bloc
         if (AITER_SM90_VARIANT == 1)
           chain += j == 0 ? x : 0.f;
         else
-          chain = fmaf(x + fabsf(x), br.half_w[(r * S::kHeadGroups + g) * 2 + c], chain);
+          chain = fmaf(x + fabsf(x), br.w[2 * j + c], chain);
       }
   }
-  float sum[2][R];
+  HeadSums<H> sum;
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      sum[i][r] = part[i][r][0];
+      sum.v[i][r] = part[i][r][0];
 #pragma unroll
-      for (int c = 1; c < kChains; ++c) sum[i][r] += part[i][r][c];
+      for (int c = 1; c < kChains; ++c) sum.v[i][r] += part[i][r][c];
     }
+  return sum;
+}
+
+// Each thread ends with kRowsPerWarpgroup/2 values of one key.
+template <int H>
+__device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H>& br, float half_kv_scale, int key,
+                                             const KernelArgs& a, int lane) {
+  constexpr int R = Shape<H>::kRowsPerWarpgroup;
   // Quad reduce-scatter: lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
   const bool hi_key = lane & 2, hi_rows = lane & 1;
   const bool key_ok = key < static_cast<int>(a.N);
   float rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const float keep = hi_key ? sum[1][r] : sum[0][r];
-    const float send = hi_key ? sum[0][r] : sum[1][r];
+    const float keep = hi_key ? sum.v[1][r] : sum.v[0][r];
+    const float send = hi_key ? sum.v[0][r] : sum.v[1][r];
     rows[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
   }
 #pragma unroll
   for (int k = 0; k < R / 2; ++k) {
     const float keep = hi_rows ? rows[R / 2 + k] : rows[k];
     const float send = hi_rows ? rows[k] : rows[R / 2 + k];
-    float v = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * kv_scale;
-    const bool outside = key < br.win_lo[k] || key >= br.win_hi[k];
+    float v = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * half_kv_scale;
+    const bool outside = key < br.window[k].x || key >= br.window[k].y;
     v = outside ? __int_as_float(0xff800000) : v;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.
-    store_if(br.out_row[k] + key, v, key_ok && br.row_ok[k] && (a.clean_logits || !outside));
+    store_if(br.out_row + k * a.out_stride + key, v, key_ok && k < br.valid_rows && (a.clean_logits || !outside));
   }
 }
 
@@ -470,7 +543,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   const int quad = lane % 4;
   // Fragment position of this thread after the reduce-scatter: one key of the tile, a half of the rows.
   const int key_in_tile = warp_in_wg * 16 + lane / 4 + 8 * ((lane >> 1) & 1);
-  const int row_in_wg = (lane & 1) ? S::kRowsPerWarpgroup / 2 : 0;
+  const int local_row = wg * S::kRowsPerWarpgroup + ((lane & 1) ? S::kRowsPerWarpgroup / 2 : 0);
   // Descriptors of stage 0 / slot 0; other stages and slots are fixed offsets (in 16-byte units).
   // Only the low word (start address) differs between stages, slots and k steps: 32-bit arithmetic.
   const uint64_t desc_k0 = smem_desc_sw128(sh.k[0]);
@@ -504,10 +577,13 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
     wgmma_commit();
   };
 
-  // kv_scale of the tile at the cursor, loaded a whole tile ahead of its use to hide L2 latency.
+  // kv_scale / 2 (tile_epilogue) of the tile at the cursor, loaded a whole tile ahead of its use to
+  // hide L2 latency.
+  // The key is clamped rather than tested: no branch around the load (past the end, or after the
+  // sentinel, the value is never used).
   auto load_scale = [&]() {
-    const int key = tile * kKeysPerTile + key_in_tile;
-    return block >= 0 && key < static_cast<int>(a.N) ? __ldg(a.kv_scales + key) : 0.f;
+    const int key = min(tile * kKeysPerTile + key_in_tile, static_cast<int>(a.N) - 1);
+    return 0.5f * __ldg(a.kv_scales + max(key, 0));
   };
   float pending_scale = 0.f;
 
@@ -515,7 +591,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   struct InFlight {
     int slot, stage, block, key;
     bool first, last, has_next;
-    float kv_scale;
+    float half_kv_scale;
   };
   auto advance = [&]() {
     InFlight f;
@@ -525,7 +601,7 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
     f.first = tile == tile_begin;
     f.last = tile + 1 == tile_end;
     f.key = tile * kKeysPerTile + key_in_tile;
-    f.kv_scale = pending_scale;
+    f.half_kv_scale = pending_scale;
     f.has_next = true;
     stage = (stage + 1) & (kKStages - 1);
     stage_phase ^= stage == 0;
@@ -544,8 +620,8 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   auto finish = [&](float (&acc)[64], const InFlight& f) {
     fence_accumulators(acc);
     if (lane == 0) mbar_arrive(&sh.k_empty[f.stage]);
-    if (f.first) load_block_rows<H>(rows, sh, f.slot, f.block, wg, quad, row_in_wg, a);
-    tile_epilogue<H>(acc, rows, f.kv_scale, f.key, a, lane);
+    if (f.first) load_block_rows<H>(rows, sh, f.slot, f.block, wg, quad, local_row, a);
+    reduce_store<H>(head_sums<H>(acc, rows), rows, f.half_kv_scale, f.key, a, lane);
     if (f.last) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&sh.q_empty[f.slot]);
@@ -557,6 +633,8 @@ __device__ void compute(const KernelArgs& a, SharedStorage& sh, int wg) {
   pending_scale = load_scale();
   if constexpr (kAccumulators == 1) {
     // One accumulator: the other warpgroups' MMAs on the same K tile run under this epilogue.
+    // (Issuing this warpgroup's next MMA as soon as the head sums free the accumulator, before the
+    // reduction and stores, measured 2-7% slower on the H200: tools/sm90_dev/ab_flags.sh.)
     for (;;) {
       issue(acc0);
       const InFlight f = advance();
@@ -607,7 +685,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma_prefetch_descriptor(&q_map);
     tma_prefetch_descriptor(&k_map);
     for (int s = 0; s < kQSlots; ++s) {
-      mbar_init(&sh.q_full[s], 32);
+      mbar_init(&sh.q_full[s], 64);  // 32 lanes' stores + their 32 cp.async copies (produce)
       mbar_init(&sh.q_empty[s], 4 * kMathWarpgroups);
     }
     for (int s = 0; s < kKStages; ++s) {
@@ -622,7 +700,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x < 32) {
       produce<H>(args, sh, &q_map, &k_map);
-    } else if (args.clean_logits) {
+    } else if (args.clean_logits && AITER_SM90_VARIANT != 3) {
       fill_outside_windows<H>(args, sh, threadIdx.x - 32);
     }
   } else {
