@@ -1,5 +1,5 @@
 // Thin wrappers over the Hopper (sm_90a) PTX the fp8_mqa_logits kernel uses: mbarriers, TMA tile
-// loads, wgmma and setmaxnreg. Device-only, torch-free.
+// loads, cp.async, wgmma and setmaxnreg. Device-only, torch-free.
 #pragma once
 #include <cuda.h>
 #include <cstdint>
@@ -25,10 +25,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
-}
-// Adds expected transaction bytes without arriving (the arrivals come from elsewhere).
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 // Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
