@@ -51,7 +51,17 @@ constexpr int kQSlots = AITER_SM90_Q_SLOTS;
 #define AITER_SM90_BLOCK_OVERHEAD_TILES 2
 #endif
 constexpr int kBlockOverheadTiles = AITER_SM90_BLOCK_OVERHEAD_TILES;
-// One producer warpgroup (warp 0: TMA issue; warps 1-3: -inf fill) and the math warpgroups.
+// Rows whose window holds 1..kExactKeys keys are computed on the CUDA cores by the fill warps
+// (exact fp8 products, summed four at a time in float, then in double) instead of by the tensor
+// cores. Hopper's FP8 wgmma accumulates with ~14-bit precision (error up to 2.1e-4 of the sum of
+// |terms|, tools/sm90_dev/precision.py); where a row has only a few logits they can all cancel to
+// ~1e-4 of their terms, and the contract's per-row bound failed by up to 8.8x on 1-3-key windows.
+// With more keys the row's maximum is almost surely far above that error. Measured on the H200: the
+// GPU op tests went from 10 failed to 180 passed; error / sum|terms| on those rows 2.1e-4 -> 4e-8;
+// cost: 1024x1024 causal +2.2 us (H=32) and +3.3 us (H=64), the largest rows within noise. Those
+// rows' few thousand CUDA-core instructions share the schedulers with the math warps.
+constexpr int kExactKeys = 8;
+// One producer warpgroup (warp 0: TMA issue; warps 1-3: exact rows, -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 // setmaxnreg budgets, within the 65536 registers: 128 x 88 + 256 x 208 = 64512 (two accumulators
 // of 64 floats, 32 weights, the reduction) or 128 x 80 + 384 x 144 = 65536 (one accumulator).

@@ -72,6 +72,26 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// ---- fp8 conversion ------------------------------------------------------------------------------
+// Four e4m3 values (one 32-bit word, lowest byte first) to float, exactly (e4m3 -> f16 -> f32).
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t v, float (&f)[4]) {
+  asm("{\n"
+      ".reg .b16 lo, hi, h0, h1, h2, h3;\n"
+      ".reg .b32 p0, p1;\n"
+      "mov.b32 {lo, hi}, %4;\n"
+      "cvt.rn.f16x2.e4m3x2 p0, lo;\n"
+      "cvt.rn.f16x2.e4m3x2 p1, hi;\n"
+      "mov.b32 {h0, h1}, p0;\n"
+      "mov.b32 {h2, h3}, p1;\n"
+      "cvt.f32.f16 %0, h0;\n"
+      "cvt.f32.f16 %1, h1;\n"
+      "cvt.f32.f16 %2, h2;\n"
+      "cvt.f32.f16 %3, h3;\n"
+      "}\n"
+      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
+      : "r"(v));
+}
+
 // ---- wgmma -------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor for a K-major tile whose rows are 128 bytes, stored with the
 // 128-byte swizzle (what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B): 8-row atoms of 1024 bytes.

@@ -24,7 +24,8 @@
 // Roles (128 x (1 + kMathWarpgroups) threads; tunables header)
 //   warpgroup 0, warp 0   : producer. Publishes each Q block (Q tile by TMA, weights and row
 //                           windows into a slot), then streams its K tiles into an 8-stage ring.
-//   warpgroup 0, warps 1-3: -inf fill of the out-of-window column tiles (clean_logits only).
+//   warpgroup 0, warps 1-3: the rows with 1..kExactKeys keys on the CUDA cores (exact_short_rows),
+//                           then the -inf fill of the out-of-window column tiles (clean_logits only).
 //   warpgroups 1..W       : math. Warpgroup g owns Q-tile columns [128 g, 128 g + 128): all consume
 //                           every K tile with wgmma m64n128k32 (A = 64 keys, B = 128 columns). With
 //                           W = 3 (default) each has one accumulator and the three MMAs of a tile
@@ -90,6 +91,11 @@ struct SharedStorage {
   long long plan_start[2][2];         // (block, offset) where this CTA's compute / fill range starts
   long long plan_count[2];            // units in this CTA's compute / fill range
   int2 fill_window[kFillThreads];     // clamped windows of the blocks the fill warps walk next
+  long long exact_row[kFillThreads];  // candidate rows of the exact path (-1: not short), and
+  int2 exact_window[kFillThreads];    // their clamped windows
+  double exact_part[kExactKeys][64];  // relu(q.k) * w per (key, head) of the row in hand
+  alignas(16) uint8_t exact_q[64 * kHeadDim];          // its Q row, and
+  alignas(16) uint8_t exact_k[kExactKeys * kHeadDim];  // its keys' K rows
 };
 
 // The kernel takes the binding's argument block by value; key indices are 32-bit (the launcher
@@ -401,6 +407,86 @@ __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int
   }
 }
 
+// ---- exact path: rows with 1..kExactKeys keys ----------------------------------------------------
+// 128-d dot product of two e4m3 rows staged in shared memory (8 16-byte vectors each): every product
+// of two e4m3 values is exact in float; four at a time are summed in float (3 roundings of 2^-24),
+// the rest in double (a float-to-double conversion per element ran at a quarter rate and cost
+// 1024x1024 causal H=64 ~5 us). The vectors are visited from `rot` on, so threads reading different
+// rows of 128 bytes hit different banks.
+__device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, int rot) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 16; ++i) {
+    const int v = (i + rot) % (kHeadDim / 16);
+    const uint4 a = x[v], b = y[v];
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float af[4], bf[4];
+      e4m3x4_to_float(aw[k], af);
+      e4m3x4_to_float(bw[k], bf);
+      const float four = fmaf(af[3], bf[3], fmaf(af[2], bf[2], fmaf(af[1], bf[1], af[0] * bf[0])));
+      acc[k] += static_cast<double>(four);
+    }
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// The rows this CTA owns (m = blockIdx.x + k gridDim.x) whose clamped window holds 1..kExactKeys
+// keys, computed by the fill warps on the CUDA cores; the math warpgroups do not store those rows'
+// in-window elements (BlockRows::stores). See kExactKeys for why. Per row: one round of loads stages
+// its Q and K rows in shared memory, each (key, head) term is computed by one thread, the head sum
+// runs in a fixed order (deterministic).
+template <int H>
+__device__ void exact_short_rows(const KernelArgs& a, SharedStorage& sh, int tid) {
+  constexpr int kRowVecs = kHeadDim / 16;
+  constexpr int kQVecs = H * kRowVecs, kKVecs = kExactKeys * kRowVecs;
+  static_assert(kKVecs <= kFillThreads, "one K vector per thread");
+  const int64_t step = int64_t(gridDim.x) * kFillThreads;
+  uint4* q_rows = reinterpret_cast<uint4*>(sh.exact_q);
+  uint4* k_rows = reinterpret_cast<uint4*>(sh.exact_k);
+  for (int64_t base = blockIdx.x; base < a.M; base += step) {
+    const int64_t m = base + int64_t(gridDim.x) * tid;
+    int2 w = make_int2(0, 0);
+    if (m < a.M) w = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+    const int len = w.y - w.x;
+    sh.exact_row[tid] = len > 0 && len <= kExactKeys ? m : -1;
+    sh.exact_window[tid] = w;
+    fill_warps_sync();
+    for (int c = 0; c < kFillThreads; ++c) {
+      const long long row = sh.exact_row[c];
+      if (row < 0) continue;
+      const int2 win = sh.exact_window[c];
+      const int keys = win.y - win.x;
+      const uint4* q_src = reinterpret_cast<const uint4*>(a.q + row * H * kHeadDim);
+      const uint4* k_src = reinterpret_cast<const uint4*>(a.kv + int64_t(win.x) * kHeadDim);
+      uint4 staged[(kQVecs + kFillThreads - 1) / kFillThreads + 1];
+#pragma unroll
+      for (int j = 0; j * kFillThreads < kQVecs; ++j)
+        if (tid + j * kFillThreads < kQVecs) staged[j] = __ldg(q_src + tid + j * kFillThreads);
+      constexpr int kLast = (kQVecs + kFillThreads - 1) / kFillThreads;
+      if (tid < keys * kRowVecs) staged[kLast] = __ldg(k_src + tid);
+#pragma unroll
+      for (int j = 0; j * kFillThreads < kQVecs; ++j)
+        if (tid + j * kFillThreads < kQVecs) q_rows[tid + j * kFillThreads] = staged[j];
+      if (tid < keys * kRowVecs) k_rows[tid] = staged[kLast];
+      fill_warps_sync();
+      for (int t = tid; t < keys * H; t += kFillThreads) {
+        const int n = t / H, h = t % H;
+        const double d = dot_e4m3_row(q_rows + h * kRowVecs, k_rows + n * kRowVecs, h);
+        sh.exact_part[n][h] = (d + fabs(d)) * a.weights[row * a.weights_stride + h];  // 2 relu(d) w
+      }
+      fill_warps_sync();
+      if (tid < keys) {
+        double sum = 0.0;
+        for (int h = 0; h < H; ++h) sum += sh.exact_part[tid][h];
+        a.out[row * a.out_stride + win.x + tid] = static_cast<float>(0.5 * sum * a.kv_scales[win.x + tid]);
+      }
+      fill_warps_sync();  // before the next row overwrites the staged rows and exact_part
+    }
+  }
+}
+
 // ---- math warpgroups ------------------------------------------------------------------------------
 // Measurement-only variants (tools/sm90_dev), selected at compile time; 0 is the product:
 //   1: epilogue without the relu / weight / head-sum arithmetic (what MMA + pipeline + stores cost)
@@ -426,15 +512,16 @@ __device__ __forceinline__ void store_if(float* p, float v, bool pred) {
 }
 
 // What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
-// consecutive rows it stores, the first row's output pointer, how many of the rows are < M and their
-// clamped windows.
+// consecutive rows it stores, the first row's output pointer, their clamped windows and what it
+// stores of them: bit 2k of `stores` = row k's in-window elements (not past M, not an exact-path
+// row: exact_short_rows), bit 2k + 1 = its out-of-window elements (-inf; not past M, clean_logits).
 template <int H>
 struct BlockRows {
   static constexpr int kRows = Shape<H>::kRowsPerWarpgroup / 2;
   float w[32];
   float* out_row;
-  int valid_rows;
   int2 window[kRows];
+  uint32_t stores;
 };
 
 template <int H>
@@ -451,9 +538,14 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H>& br, const SharedSt
   }
   const int64_t m = int64_t(block) * Shape<H>::kRowsPerBlock + local_row;
   br.out_row = a.out + (m < a.M ? m : 0) * a.out_stride;
-  br.valid_rows = static_cast<int>(imin64(a.M - m, 64));
+  br.stores = 0;
 #pragma unroll
-  for (int k = 0; k < BlockRows<H>::kRows; ++k) br.window[k] = sh.window[slot][local_row + k];
+  for (int k = 0; k < BlockRows<H>::kRows; ++k) {
+    br.window[k] = sh.window[slot][local_row + k];
+    const int len = br.window[k].y - br.window[k].x;
+    const bool valid = m + k < a.M, exact = len > 0 && len <= kExactKeys;
+    br.stores |= (uint32_t(valid && !exact) | (uint32_t(valid && a.clean_logits) << 1)) << (2 * k);
+  }
 }
 
 // The epilogue of one tile: head_sums (relu, x w, each thread's share of the head sum: 8 values out
@@ -531,7 +623,7 @@ __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const Block
     const bool outside = key < br.window[k].x || key >= br.window[k].y;
     v = outside ? __int_as_float(0xff800000) : v;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.
-    store_if(br.out_row + k * a.out_stride + key, v, key_ok && k < br.valid_rows && (a.clean_logits || !outside));
+    store_if(br.out_row + k * a.out_stride + key, v, key_ok && ((br.stores >> (2 * k + outside)) & 1));
   }
 }
 
@@ -700,8 +792,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x < 32) {
       produce<H>(args, sh, &q_map, &k_map);
-    } else if (args.clean_logits && AITER_SM90_VARIANT != 3) {
-      fill_outside_windows<H>(args, sh, threadIdx.x - 32);
+    } else {
+      exact_short_rows<H>(args, sh, threadIdx.x - 32);
+      if (args.clean_logits && AITER_SM90_VARIANT != 3) fill_outside_windows<H>(args, sh, threadIdx.x - 32);
     }
   } else {
     setmaxnreg_inc<kMathRegs>();
