@@ -258,6 +258,46 @@ def test_stale_lock_is_broken(tiny):
         holder.wait()
 
 
+def test_waiters_report_a_failed_build_instead_of_repeating_it(tiny):
+    keyinfo, _ = tiny("key")
+    lock = Path(keyinfo["lock"])
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder_src = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from aiter.jit import core
+        assert core._BuildLock(Path({str(lock)!r})).try_acquire()
+        print("held", flush=True)
+        time.sleep(600)
+        """
+    )
+    holder = subprocess.Popen([sys.executable, "-c", holder_src], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env=_env(tiny.cache))
+    waiter = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen([sys.executable, os.fspath(tiny.root.parent / "driver.py"), os.fspath(tiny.root),
+                                   "build"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=_env(tiny.cache))
+        assert "waiting for another process" in waiter.stderr.readline()
+        # The holder's build fails (its log appears), then it lets go of the lock.
+        (lock.parent / f"failed-{keyinfo['key']}.log").write_text("tiny.cpp:3:1: error: simulated failure\n")
+        holder.kill()
+        holder.wait()
+        _, err = waiter.communicate(timeout=120)
+        assert waiter.returncode != 0
+        assert "failed in another process while this one waited" in err and "simulated failure" in err
+        assert "(first use" not in err  # the failure was reported, not repeated
+    finally:
+        holder.kill()
+        holder.wait()
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()
+    info, _ = tiny()  # a later process, which did not wait, builds again
+    assert info["built"] and info["answer"] == 42
+
+
 def test_lock_staleness_rules():
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -316,6 +356,34 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     assert all(os.fspath(p) in hashed for p in include.iterdir() if p.is_file())
 
 
+def test_key_covers_the_toolchain(tmp_path, monkeypatch):
+    monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
+    for env in ("CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH"):
+        monkeypatch.delenv(env, raising=False)
+    real_version = core._tool_version
+    cpu, sm90 = core.module_spec(("cpu",)), core.module_spec(("cpu", "sm90"))
+    assert set(core.toolchain_identity(cpu)) == {"cxx"}  # a CPU build does not ask nvcc
+    ident = core.toolchain_identity(sm90)
+    assert set(ident) == {"cxx", "sm90"} and os.path.basename(ident["sm90"][0]) == "nvcc"
+    assert core.cache_key(sm90) == core.cache_key(core.module_spec(("cpu", "sm90")))
+
+    def versions(nvcc: str):
+        return lambda path: nvcc if path.endswith("nvcc") else "g++ (Debian 12.2.0) 12.2.0"
+
+    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.0"))
+    before_upgrade = core.cache_key(sm90)
+    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.1"))
+    assert core.cache_key(sm90) != before_upgrade  # same nvcc path, new toolkit: a new build
+    cpu_key = core.cache_key(cpu)
+    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.2"))
+    assert core.cache_key(cpu) == cpu_key  # the CPU module does not depend on nvcc
+    monkeypatch.setenv("CUDA_HOME", os.fspath(tmp_path))
+    assert core._gpu_compiler("sm90") == os.path.join(os.fspath(tmp_path), "bin", "nvcc")
+    monkeypatch.setenv("ROCM_PATH", os.fspath(tmp_path))
+    assert core._gpu_compiler("gfx950") == os.path.join(os.fspath(tmp_path), "bin", "hipcc")
+    assert real_version(os.fspath(tmp_path / "no-such-compiler")).startswith("unavailable")
+
+
 def test_targets_override_and_jobs(monkeypatch):
     monkeypatch.setenv("AITER_JIT_TARGETS", "sm90")
     assert core.detect_targets() == ("cpu", "sm90")
@@ -350,6 +418,9 @@ def test_aot_build_is_used_only_when_it_matches(tmp_path, monkeypatch):
     assert core._prebuilt(("cpu",), tmp_path) is None
     other_torch = dict(meta, fingerprint=dict(meta["fingerprint"], torch="0.0"))
     (tmp_path / core.AOT_META).write_text(json.dumps(other_torch))
+    assert core._prebuilt(("cpu",), tmp_path) is None
+    (tmp_path / core.AOT_META).write_text(json.dumps(meta))
+    monkeypatch.setenv("AITER_JIT_EXTRA_CFLAGS", "-DAITER_SOMETHING")  # asks for another build
     assert core._prebuilt(("cpu",), tmp_path) is None
 
 

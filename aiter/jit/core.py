@@ -12,15 +12,17 @@ Cache layout, under ``$AITER_JIT_DIR`` (else ``$XDG_CACHE_HOME/aiter/jit``, else
     <name>/failed-<key>.log   the compiler output of the last failed build of that key
 
 The key hashes the content of every source and header under csrc/, the flags, the targets, the
-torch and Python versions and the compiler, so a changed input gets a new directory and a stale
-build is never loaded. A cached build is loaded with importlib directly: no ninja check, no
-compiler, well under a second.
+torch and Python versions and the compilers (path and ``--version`` of the host compiler, and of nvcc
+or hipcc for a GPU target), so a changed input or an upgraded toolkit gets a new directory and a
+stale build is never loaded. A cached build is loaded with importlib directly: no ninja check, no
+compilation; asking each compiler for its version costs a few milliseconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import fcntl
 import hashlib
 import importlib.machinery
@@ -194,6 +196,39 @@ def _hashed_files(spec: ModuleSpec) -> list:
     return sorted(files)
 
 
+def _gpu_compiler(target: str) -> str:
+    """The nvcc (sm90) or hipcc (gfx950) torch's cpp_extension will use, found the way it finds
+    CUDA_HOME / ROCM_HOME (environment, then PATH, then the default prefix), without importing it
+    (that import alone costs ~0.1 s on every cached load)."""
+    tool, envs, prefix = (("nvcc", ("CUDA_HOME", "CUDA_PATH"), "/usr/local/cuda") if target == "sm90"
+                          else ("hipcc", ("ROCM_HOME", "ROCM_PATH"), "/opt/rocm"))
+    for env in envs:
+        if os.environ.get(env):
+            return os.path.join(os.environ[env], "bin", tool)
+    found = shutil.which(tool)
+    return found if found else os.path.join(prefix, "bin", tool)
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_version(path: str) -> str:
+    """``path --version`` (its whole output: release and build), or why there is none."""
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        return (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable: {type(e).__name__}"
+
+
+def toolchain_identity(spec: ModuleSpec) -> dict:
+    """Path and version of every compiler that builds ``spec``: part of the cache key, so a
+    toolkit upgrade (same paths, new compiler) does not load a build made by the old one."""
+    tools = {"cxx": host_compiler()}
+    for target in spec.targets:
+        if target != "cpu":
+            tools[target] = _gpu_compiler(target)
+    return {name: [path, _tool_version(path)] for name, path in tools.items()}
+
+
 def _rel(path: str, root: str) -> str:
     try:
         return os.path.relpath(path, root)
@@ -217,7 +252,7 @@ def cache_key(spec: ModuleSpec) -> str:
         "ldflags": list(spec.extra_ldflags),
         "torch": [torch.__version__, torch.version.git_version, torch.version.cuda, torch.version.hip],
         "python": [sys.version, sysconfig.get_config_var("EXT_SUFFIX")],
-        "cxx": host_compiler(),
+        "toolchain": toolchain_identity(spec),
     }
     blob = json.dumps(desc, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
@@ -466,6 +501,22 @@ def _import_library(name: str, path: Path):
     return module
 
 
+def _raise_if_failed_meanwhile(spec: ModuleSpec, failed_log: Path, since: float):
+    """The build this process waited for failed: report that failure instead of repeating it (a
+    dozen processes started together would otherwise each spend a minute on the same error). A
+    later process, which did not wait, builds again."""
+    try:
+        failed_at = failed_log.stat().st_mtime
+    except OSError:
+        return
+    if failed_at >= since - 1.0:  # mtime granularity
+        errors = "\n".join("  " + l for l in first_error_lines(failed_log.read_text(errors="replace")))
+        raise JitBuildError(
+            f"aiter: building {spec.name} for {spec.label} failed in another process while this one"
+            f" waited; first errors:\n{errors}\nfull log: {failed_log}"
+        )
+
+
 def load_or_build(spec: ModuleSpec, info: dict | None = None):
     """Load ``spec``'s cached build, building it first (once across processes) if absent."""
     t0 = time.time()
@@ -477,10 +528,13 @@ def load_or_build(spec: ModuleSpec, info: dict | None = None):
     if not library.is_file():
         module_dir.mkdir(parents=True, exist_ok=True)
         lock = _BuildLock(module_dir / f"{key}.lock")
-        told_wait = False
+        failed_log = module_dir / f"failed-{key}.log"
+        wait_start = None  # when this process first found another one building
         while not library.is_file():
             if lock.try_acquire():
                 try:
+                    if not library.is_file() and wait_start is not None:
+                        _raise_if_failed_meanwhile(spec, failed_log, wait_start)
                     if not library.is_file():
                         hint = "~1 min" if spec.targets == ("cpu",) else "~2 min"
                         print(
@@ -493,13 +547,13 @@ def load_or_build(spec: ModuleSpec, info: dict | None = None):
                 finally:
                     lock.release()
             else:
-                if not told_wait:
+                if wait_start is None:
+                    wait_start = time.time()
                     print(
                         f"aiter: waiting for another process to build {spec.name} ({lock.path})...",
                         file=sys.stderr,
                         flush=True,
                     )
-                    told_wait = True
                 time.sleep(0.25)
     module = _import_library(spec.name, library)
     if info is not None:
@@ -521,7 +575,10 @@ def aot_fingerprint(spec: ModuleSpec) -> dict:
     """What an ahead-of-time build must match to be used instead of a JIT build."""
     files = [[_rel(p, spec.root), _file_digest(p)] for p in _hashed_files(spec)]
     digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:24]
-    return {"sources": digest, "torch": torch.__version__, "builder": BUILDER_VERSION}
+    # The flags too: AITER_JIT_EXTRA_CFLAGS at run time asks for a build the AOT image is not.
+    flags = [list(spec.extra_cflags), list(spec.extra_cuda_cflags), list(spec.extra_ldflags)]
+    flag_digest = hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:24]
+    return {"sources": digest, "flags": flag_digest, "torch": torch.__version__, "builder": BUILDER_VERSION}
 
 
 def _prebuilt(targets: tuple, here: Path | None = None):
