@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import functools
 import fcntl
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
