@@ -108,6 +108,24 @@ __device__ __forceinline__ int clamp_bound(int32_t x, int64_t n) {
   return static_cast<int>(x < 0 ? 0 : (x > n ? n : x));
 }
 
+// Row m's window clamped to [0, N]: (s, e), empty when s >= e. Every walker of the plan (plan scan,
+// producer, fill, exact path) reads windows through this, so they agree on every block.
+__device__ __forceinline__ int2 clamped_window(const KernelArgs& a, int64_t m) {
+  return make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+}
+
+// The union [lo, hi) of a block's non-empty row windows in K tiles; hi == 0: no row has a window.
+__device__ __forceinline__ int2 union_to_tiles(int lo, int hi) {
+  if (hi == 0) return make_int2(0, 0);
+  return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+}
+
+// Rows the exact path computes (exact_short_rows) and the math warpgroups therefore do not store.
+__device__ __forceinline__ bool is_exact_row(int2 window) {
+  const int len = window.y - window.x;
+  return len > 0 && len <= kExactKeys;
+}
+
 // Union window of Q block `b` in K tiles: [tile_lo, tile_hi); empty when no row has a window.
 template <int H>
 __device__ __forceinline__ int2 block_tiles(const KernelArgs& a, int64_t b) {
@@ -116,15 +134,14 @@ __device__ __forceinline__ int2 block_tiles(const KernelArgs& a, int64_t b) {
   for (int r = 0; r < Shape<H>::kRowsPerBlock; ++r) {
     const int64_t m = b * Shape<H>::kRowsPerBlock + r;
     if (m < a.M) {
-      const int s = clamp_bound(__ldg(a.ks + m), a.N), e = clamp_bound(__ldg(a.ke + m), a.N);
-      if (s < e) {
-        lo = min(lo, s);
-        hi = max(hi, e);
+      const int2 w = clamped_window(a, m);
+      if (w.x < w.y) {
+        lo = min(lo, w.x);
+        hi = max(hi, w.y);
       }
     }
   }
-  if (hi == 0) return make_int2(0, 0);
-  return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+  return union_to_tiles(lo, hi);
 }
 
 __device__ __forceinline__ int64_t key_tiles(int64_t n) { return (n + kKeysPerTile - 1) / kKeysPerTile; }
@@ -221,7 +238,7 @@ __device__ __forceinline__ int2 load_block_window(const KernelArgs& a, int64_t b
   const float* w_row = a.weights + m * a.weights_stride;
 #pragma unroll
   for (int h = 0; h < H; h += 32) prefetch_l2(w_row + h);  // 128-byte lines
-  return make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
+  return clamped_window(a, m);
 }
 
 // Union window of the block in K tiles, from the lanes' windows (same as block_tiles).
@@ -229,8 +246,7 @@ __device__ __forceinline__ int2 union_tiles(int2 window) {
   const bool live = window.x < window.y;
   const int lo = __reduce_min_sync(0xffffffffu, live ? window.x : 0x7fffffff);
   const int hi = __reduce_max_sync(0xffffffffu, live ? window.y : 0);
-  if (hi == 0) return make_int2(0, 0);
-  return make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+  return union_to_tiles(lo, hi);
 }
 
 // Position of the block's (row, head) column `col` in SharedStorage::w: math warpgroup g's quad
@@ -364,8 +380,7 @@ __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int
   while (left > 0 && b < blocks) {
     if (tid < kBatch * R) {
       const int64_t m = b * R + tid;
-      sh.fill_window[tid] = m < a.M ? make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N))
-                                    : make_int2(0, 0);
+      sh.fill_window[tid] = m < a.M ? clamped_window(a, m) : make_int2(0, 0);
     }
     fill_warps_sync();
     for (int i = 0; i < kBatch && left > 0 && b < blocks; ++i, ++b) {
@@ -378,8 +393,7 @@ __device__ void fill_outside_windows(const KernelArgs& a, SharedStorage& sh, int
           hi = max(hi, w.y);
         }
       }
-      const int2 tiles =
-          hi == 0 ? make_int2(0, 0) : make_int2(lo / kKeysPerTile, (hi + kKeysPerTile - 1) / kKeysPerTile);
+      const int2 tiles = union_to_tiles(lo, hi);
       const int units = tiles_n - (tiles.y - tiles.x);
       const int take = static_cast<int>(imin64(left, units - unit));
       // Units [unit, unit + take) as at most two column-tile intervals.
@@ -448,9 +462,8 @@ __device__ void exact_short_rows(const KernelArgs& a, SharedStorage& sh, int tid
   for (int64_t base = blockIdx.x; base < a.M; base += step) {
     const int64_t m = base + int64_t(gridDim.x) * tid;
     int2 w = make_int2(0, 0);
-    if (m < a.M) w = make_int2(clamp_bound(__ldg(a.ks + m), a.N), clamp_bound(__ldg(a.ke + m), a.N));
-    const int len = w.y - w.x;
-    sh.exact_row[tid] = len > 0 && len <= kExactKeys ? m : -1;
+    if (m < a.M) w = clamped_window(a, m);
+    sh.exact_row[tid] = is_exact_row(w) ? m : -1;
     sh.exact_window[tid] = w;
     fill_warps_sync();
     for (int c = 0; c < kFillThreads; ++c) {
@@ -542,9 +555,8 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H>& br, const SharedSt
 #pragma unroll
   for (int k = 0; k < BlockRows<H>::kRows; ++k) {
     br.window[k] = sh.window[slot][local_row + k];
-    const int len = br.window[k].y - br.window[k].x;
-    const bool valid = m + k < a.M, exact = len > 0 && len <= kExactKeys;
-    br.stores |= (uint32_t(valid && !exact) | (uint32_t(valid && a.clean_logits) << 1)) << (2 * k);
+    const bool valid = m + k < a.M;
+    br.stores |= (uint32_t(valid && !is_exact_row(br.window[k])) | (uint32_t(valid && a.clean_logits) << 1)) << (2 * k);
   }
 }
 
