@@ -7,8 +7,14 @@ kernel. Without a GPU the cuda case is skipped with the reason.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+# The repository root, so that tests of the development tools (dev/) import them from any cwd.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DEVICE_PARAMS = [
     pytest.param("cpu", id="cpu"),

@@ -1,7 +1,7 @@
 """The gfx950 kernel's algorithm, emulated on the CPU, against the float64 reference.
 
 op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own index math
-(csrc/include/fp8_mqa_logits_gfx950_layout.h): launch plan, device-side balanced plan (row
+(csrc/gfx950/layout.h): launch plan, device-side balanced plan (row
 compaction, block unions, unit prefix sums), segments, LDS-DMA ring with the swizzle and the
 per-wave kv_scale areas, ds_read B fragments, MFMA on 64-lane fragments in the CDNA4 A/B/C layouts,
 even/odd epilogue chains, the software pipeline with deferred epilogue and tails, the permlane32

@@ -1,12 +1,12 @@
-"""The gfx950 ISA checker (aiter/jit/isa_gfx950.py) on synthetic assembly: a well-formed stage
+"""The gfx950 ISA checker (dev/isa/gfx950.py) on synthetic assembly: a well-formed stage
 loop passes, and every rule fails when its condition is injected. (CI runs the checker on the real
-kernel: python -m aiter.jit.check_isa --arch gfx950.)"""
+kernel: python -m dev.isa.check --arch gfx950.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from aiter.jit import isa_gfx950 as isa
+from dev.isa import gfx950 as isa
 
 LOOP_BODY = """\
 	;;#ASMSTART

@@ -1,5 +1,5 @@
 """Layout math of the gfx950 kernel, from the header the kernel compiles
-(csrc/include/fp8_mqa_logits_gfx950_layout.h, through op_tests/gfx950/layout_shim.cpp):
+(csrc/gfx950/layout.h, through op_tests/gfx950/layout_shim.cpp):
 the LDS swizzle and slot layout, the LDS-DMA coverage, bank conflicts of every ds_read the stage
 body issues, the MFMA fragment layouts, the store offsets, and the hand-placed vmcnt wait."""
 

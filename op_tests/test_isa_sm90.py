@@ -1,10 +1,10 @@
 """The sm_90a ISA checker's verdicts, on synthetic SASS and ptxas logs (no GPU, no nvcc needed).
 
-The real compile + check runs in CI as `python -m aiter.jit.check_isa --arch sm_90a`; these tests
+The real compile + check runs in CI as `python -m dev.isa.check --arch sm_90a`; these tests
 make sure that check can fail for each reason it names.
 """
 
-from aiter.jit.isa_sm90 import evaluate
+from dev.isa.sm90 import evaluate
 
 NAME = "_ZN5aiter4sm9026fp8_mqa_logits_sm90_kernelILi32EEEv14CUtensorMap_stS2_NS0_10KernelArgsE"
 GOOD_LOG = f"""ptxas info    : Compiling entry function '{NAME}' for 'sm_90a'

@@ -1,7 +1,7 @@
 """What module_fp8_mqa_logits is built from, per target, and with which flags.
 
 The single source of truth for the JIT builder, the ahead-of-time build in setup.py and the ISA
-checker (``python -m aiter.jit.check_isa``), so that what CI checks is what users run.
+checker (``python -m dev.isa.check``), so that what CI checks is what users run.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ def csrc_dir() -> Path:
 
 
 # Sources every build compiles: the ATen binding and the portable CPU path.
-COMMON_SOURCES = ("fp8_mqa_logits_binding.cpp", "kernels/fp8_mqa_logits_cpu.cpp")
+COMMON_SOURCES = ("binding/fp8_mqa_logits_binding.cpp", "cpu/fp8_mqa_logits_cpu.cpp")
 # Per-target kernel sources, added when the target is present.
-SM90_SOURCES = ("kernels/fp8_mqa_logits_sm90.cu",)
-GFX950_SOURCES = ("kernels/fp8_mqa_logits_gfx950.hip",)
-INCLUDE_DIRS = ("include",)
+SM90_SOURCES = ("sm90/fp8_mqa_logits_sm90.cu",)
+GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
+# Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
+INCLUDE_DIRS = (".",)
 
 CXX_FLAGS = ["-O3", "-std=c++17"]
 # -gencode form: nvcc 13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma.

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <vector>
 
-#include "fp8_mqa_logits_gfx950_layout.h"
-#include "fp8_mqa_logits_params.h"
+#include "gfx950/layout.h"
+#include "common/fp8_mqa_logits_params.h"
 
 using namespace aiter::gfx950;
 using aiter::Fp8MqaLogitsParams;

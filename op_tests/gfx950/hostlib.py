@@ -13,9 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parents[1] / "csrc" / "include"
+CSRC = HERE.parents[1] / "csrc"
 SOURCES = (HERE / "emulator.cpp", HERE / "layout_shim.cpp")
-HEADERS = (INCLUDE / "fp8_mqa_logits_gfx950_layout.h", INCLUDE / "fp8_mqa_logits_tunables.h")
+HEADERS = tuple(sorted(p for d in ("common", "gfx950") for p in (CSRC / d).iterdir() if p.suffix == ".h"))
 FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC"]
 
 i32p = ctypes.POINTER(ctypes.c_int32)
@@ -71,7 +71,7 @@ def load() -> ctypes.CDLL:
     lib_path = out_dir / f"libgfx950_host_{digest.hexdigest()[:16]}.so"
     if not lib_path.exists():
         tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cxx, *FLAGS, f"-I{INCLUDE}", "-o", str(tmp), *map(str, SOURCES)]
+        cmd = [cxx, *FLAGS, f"-I{CSRC}", "-o", str(tmp), *map(str, SOURCES)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"building the gfx950 host test library failed:\n{' '.join(cmd)}\n{proc.stderr}")

@@ -1,6 +1,6 @@
 // extern "C" access to fp8_mqa_logits_gfx950_layout.h for the Python host tests: the tests check
 // the very functions the kernel compiles.
-#include "fp8_mqa_logits_gfx950_layout.h"
+#include "gfx950/layout.h"
 
 using namespace aiter::gfx950;
 

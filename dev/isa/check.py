@@ -1,9 +1,9 @@
 """Compile the GPU sources for one target and check the generated ISA.
 
-    python -m aiter.jit.check_isa --arch sm_90a --asm-out sm90.sass
-    python -m aiter.jit.check_isa --arch gfx950 --asm-out gfx950.s
+    python -m dev.isa.check --arch sm_90a --asm-out sm90.sass
+    python -m dev.isa.check --arch gfx950 --asm-out gfx950.s
 
-The per-target checkers (aiter/jit/isa_sm90.py, aiter/jit/isa_gfx950.py) compile with the flags of
+The per-target checkers (dev/isa/sm90.py, dev/isa/gfx950.py) compile with the flags of
 build_config.py, write the assembly to --asm-out and return an exit status; this file only picks one.
 They are imported lazily so that one target's checker does not need the other's toolchain.
 """
@@ -14,11 +14,11 @@ import argparse
 import importlib
 import sys
 
-CHECKERS = {"sm_90a": "aiter.jit.isa_sm90", "gfx950": "aiter.jit.isa_gfx950"}
+CHECKERS = {"sm_90a": "dev.isa.sm90", "gfx950": "dev.isa.gfx950"}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiter.jit.check_isa", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dev.isa.check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", required=True, choices=sorted(CHECKERS), help="target to compile and check")
     parser.add_argument("--asm-out", required=True, metavar="FILE", help="where to write the assembly")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "fp8_mqa_logits_tunables.h"
+#include "gfx950/tunables.h"
 
 #if defined(__HIP__) || defined(__HIPCC__)
 #define GFX950_HD __host__ __device__

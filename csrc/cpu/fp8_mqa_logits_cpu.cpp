@@ -25,7 +25,7 @@
 // (pairwise vs sequential d sums; FMA contraction of relu(.) * w + sum). The scale is applied before
 // the relu, exactly as written, so the CPU path does not even need the kv_scale > 0 precondition the
 // device kernels rely on.
-#include "fp8_mqa_logits_cpu.h"
+#include "cpu/fp8_mqa_logits_cpu.h"
 
 #include <ATen/Parallel.h>
 

@@ -1,7 +1,7 @@
 // Host (CPU) path of fp8_mqa_logits: any H and D, exact contract semantics, fp32 accumulation.
 // Torch-free interface; the implementation uses only ATen's intra-op thread pool (ATen/Parallel.h).
 #pragma once
-#include "fp8_mqa_logits_params.h"
+#include "common/fp8_mqa_logits_params.h"
 
 namespace aiter {
 

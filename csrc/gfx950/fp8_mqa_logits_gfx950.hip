@@ -43,9 +43,9 @@
 #include <hip/hip_runtime.h>
 #include <stdint.h>
 
-#include "fp8_mqa_logits_gfx950_layout.h"
-#include "fp8_mqa_logits_launch.h"
-#include "fp8_mqa_logits_params.h"
+#include "gfx950/layout.h"
+#include "gfx950/launcher.h"
+#include "common/fp8_mqa_logits_params.h"
 
 namespace aiter {
 namespace gfx950 {

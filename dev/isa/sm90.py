@@ -144,7 +144,7 @@ def check(asm_out: str) -> int:
     if nvdisasm:
         env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + env.get("PATH", "")
     root = bc.csrc_dir()
-    includes = [f"-I{root / d}" for d in bc.INCLUDE_DIRS] + [f"-I{root / 'kernels'}"]
+    includes = [f"-I{root / d}" for d in bc.INCLUDE_DIRS]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         objs = []

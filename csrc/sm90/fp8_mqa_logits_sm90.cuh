@@ -40,9 +40,9 @@
 #include <cuda.h>
 #include <cstdint>
 
-#include "fp8_mqa_logits_params.h"
-#include "fp8_mqa_logits_tunables.h"
-#include "sm90_primitives.cuh"
+#include "common/fp8_mqa_logits_params.h"
+#include "sm90/tunables.h"
+#include "sm90/primitives.cuh"
 
 namespace aiter {
 namespace sm90 {

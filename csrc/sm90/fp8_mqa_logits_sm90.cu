@@ -3,8 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "fp8_mqa_logits_launch.h"
-#include "fp8_mqa_logits_sm90.cuh"
+#include "sm90/launcher.h"
+#include "sm90/fp8_mqa_logits_sm90.cuh"
 
 namespace aiter {
 namespace {

@@ -18,18 +18,21 @@
 #include <string>
 #include <vector>
 
-#include "fp8_mqa_logits_cpu.h"
-#include "fp8_mqa_logits_launch.h"
-#include "fp8_mqa_logits_params.h"
+#include "common/fp8_mqa_logits_params.h"
+#include "cpu/fp8_mqa_logits_cpu.h"
 
 #ifdef AITER_WITH_SM90
 // The stream and the CUDA runtime only: ATen/cuda/CUDAContext.h would also pull cuBLAS/cuSPARSE
 // headers that a minimal toolkit lacks.
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include "sm90/launcher.h"
 #endif
 #ifdef AITER_WITH_GFX950
 #include <ATen/hip/HIPContext.h>
+
+#include "gfx950/launcher.h"
 #endif
 
 namespace {

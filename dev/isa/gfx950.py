@@ -1,8 +1,8 @@
 """Compile the gfx950 kernel (device code only) and check its ISA.
 
-    python -m aiter.jit.check_isa --arch gfx950 --asm-out FILE
+    python -m dev.isa.check --arch gfx950 --asm-out FILE
 
-Compiles csrc/kernels/fp8_mqa_logits_gfx950.hip with clang (Debian's clang++-22 on CPU machines;
+Compiles csrc/gfx950/fp8_mqa_logits_gfx950.hip with clang (Debian's clang++-22 on CPU machines;
 AITER_GFX950_CLANG overrides) and the JIT's GFX950_HIP_FLAGS from build_config.py, writes the
 assembly with its metadata to FILE, and fails when, for any of the four kernels:
   - the stage loop (each innermost loop holding MFMAs) lacks v_mfma_f32_32x32x64_f8f6f4 or
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiter.jit import build_config
 
-SOURCE = "kernels/fp8_mqa_logits_gfx950.hip"
+SOURCE = build_config.GFX950_SOURCES[0]
 KERNELS = (
     "fp8_mqa_logits_gfx950_h32",
     "fp8_mqa_logits_gfx950_h64",

@@ -1,0 +1,47 @@
+// Tunables of the gfx950 (MI355X) kernel, each with the reason for its default. Only this backend
+// includes it; nothing else in the gfx950 folder defines a tile size.
+#pragma once
+
+namespace aiter {
+
+namespace gfx950 {
+// Waves per workgroup: 8 x 64 = 512 threads, one workgroup per CU, two waves per SIMD. The SIMD then
+// co-issues one wave's scalar-VALU epilogue under the other wave's MFMAs, and each wave may hold
+// 256 VGPR+AGPR (512 per SIMD lane / 2 waves): Q (64) + w (64) + accumulators + K fragments fit.
+constexpr int kWaves = 8;
+// A tiles per wave: 4 x 32 (row, head) columns. H=32: 4 rows of 32 heads; H=64: 2 rows of 2 x 32.
+// Either way a workgroup covers 1024 (row, head) columns per K byte, so K traffic per FLOP, the
+// MFMA:VALU ratio and the register footprint are the same for both head counts.
+constexpr int kTilesPerWave = 4;
+constexpr int kHeadDim = 128;
+// Keys per wave per stage, in 32-key sub-tiles. Two sub-tiles = 16 MFMAs between barriers, and an
+// even number of row-pair tails per stage for the paired permlane asm (H=64 has one pair per
+// sub-tile, so sub-tile 0's tail waits for sub-tile 1's: the deferred tail).
+constexpr int kSubTiles = 2;
+// Stages loaded ahead: 4 x 8 KiB in flight per workgroup covers ~4 stage times (~8k cycles at two
+// waves per SIMD), far above HBM latency; the ring holds one more slot for the stage being read.
+constexpr int kPrefetchStages = 4;
+// Main path: all 8 waves take different rows (8 row groups) and walk the same keys, so K is read
+// once per 32 rows (H=32) or 16 rows (H=64).
+constexpr int kMainRowGroups = 8;
+// Small-M path (M <= kSmallMaxRows): 4 row groups x 2 key groups. A 32-row block is too coarse
+// when M <= 128 (4 blocks for 256 CUs): halving the rows per block halves the Q bytes each
+// workgroup loads per key it processes. Two key groups keep the stage at 2 DMAs per wave.
+constexpr int kSmallRowGroups = 4;
+constexpr int kSmallMaxRows = 128;
+// Rows the device-side balanced plan handles: its per-row (s, e) scratch (8 B a row) aliases the
+// K ring in LDS, 128 KiB at 16384 rows (the largest benchmark M). Above it the kernel falls back to
+// the fixed (block, SplitN) grid from the makespan model.
+constexpr int kPlanMaxRows = 16384;
+// -inf fill work unit: 16384 elements (64 KiB of stores), costed like one compute stage (a 32-row
+// x 64-key stage takes ~2 us on MI355X by the design document's figures; 64 KiB per CU at a fair
+// share of ~6 TB/s write bandwidth takes about as long).
+constexpr int kFillUnitElems = 16384;
+// Fixed cost of a compute segment (Q/w loads of 128 KiB, pipeline fill and drain), in compute
+// stages: about two stage times by the latencies involved. The balanced plan gives every block
+// with compute stages this many virtual units, so an even split of units is an even split of
+// modelled time; the fixed-grid makespan model charges it per computing workgroup.
+constexpr int kSegmentOverheadStages = 2;
+}  // namespace gfx950
+
+}  // namespace aiter

@@ -1,0 +1,1 @@
+"""Development tools that drive the real package: ISA checks, A/B builds, profiling. Not shipped."""
