@@ -6,8 +6,8 @@ baseline's µs over ours (> 1: ours is faster). Output bytes are M*N*4 with clea
 element is written), in-window pairs * 4 without.
 
 GPU: the contract's shapes (shared/design/operator.md), H = 32 and 64, D = 128, cold L2, median of
->= 10 CUDA-event timings; the baseline is DeepGEMM on the H200 (aiter/bench/baselines.py), absent on
-other GPUs. CPU: small shapes; the peak is torch's best float32 matmul rate and the baseline is the
+>= 10 CUDA-event timings; the baseline is DeepGEMM's op timed in the same run on the same inputs
+when the deep_gemm package is importable (aiter/bench/baselines.py), else none. CPU: small shapes; the peak is torch's best float32 matmul rate and the baseline is the
 same computation in plain torch float32 (einsum + relu + weighted sum), so the ratio says how much
 the C++ CPU path beats naive torch.
 """
@@ -87,8 +87,7 @@ def run(args) -> dict:
         peak_how = "FP8 peak (torch._scaled_mm 8192^3, e4m3, bf16 out)"
         shapes_all, quick = GPU_SHAPES, GPU_QUICK
         name = machine.device_name(device)
-        use_deepgemm = "H200" in name
-        baseline_name = baselines.DEEPGEMM_SOURCE if use_deepgemm else "none on this GPU"
+        peer, baseline_name = baselines.deepgemm_logits() if not torch.version.hip else (None, "none on ROCm")
         timing = f"CUDA events, cold L2, median of {timer.iters}"
     else:
         timer = machine.CpuTimer(iters=args.iters or 10)
@@ -97,7 +96,7 @@ def run(args) -> dict:
         peak_how = "peak = best torch fp32 matmul (the CPU path's bf16 dot products can exceed it)"
         shapes_all, quick = CPU_SHAPES, CPU_QUICK
         name = machine.device_name(device)
-        use_deepgemm = False
+        peer = None
         baseline_name = "plain torch float32 (einsum + relu + weighted sum), same inputs"
         timing = "perf_counter, median of 3-10"
     shapes = _parse_shapes(args.shapes, shapes_all) if args.shapes else (quick if args.quick else shapes_all)
@@ -124,8 +123,8 @@ def run(args) -> dict:
                 us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean))
                 out_bytes = 4.0 * (M * N if clean else pairs)
                 floor_us = max(flops / peak, out_bytes / bw) * 1e6
-                if use_deepgemm:
-                    base_us = baselines.deepgemm_h200_us(mode, M, N, H, clean)
+                if peer is not None:
+                    base_us = _time_peer(timer, peer, (q, kv, s, w, ks, ke, clean), f"{M}x{N} H={H}")
                 elif not on_gpu:
                     base_us = timer(lambda: torch_fp32_logits(q, kv, s, w, ks, ke, clean))
                     _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean), torch_fp32_logits(q, kv, s, w, ks, ke, clean), ks, ke, N)
@@ -141,6 +140,15 @@ def run(args) -> dict:
                 print(_md_row(row), file=sys.stderr, flush=True)
     return {"header": header, "device": name, "peak_flops": peak, "copy_bytes_per_s": bw,
             "baseline": baseline_name, "rows": rows}
+
+
+def _time_peer(timer, peer, args, label):
+    """The peer's time on the same inputs, or None (with the reason on stderr) where it refuses them."""
+    try:
+        return timer(lambda: peer(*args))
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+        print(f"baseline skipped for {label}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+        return None
 
 
 def _check_against(ours, ref, ks, ke, N):
