@@ -1,0 +1,83 @@
+"""The backends of module_fp8_mqa_logits and what each serves, read from their own statements.
+
+Each GPU backend states its heads, head dims and device in ``csrc/<backend>/capabilities.h``; the
+binding and the kernels compile against those lists, and this module parses the same lines, so
+``is_supported``, the JIT's target detection and the native checks never disagree. The CPU path
+serves any H >= 1 and D >= 1. Parsing happens once per process and reads two small files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+from aiter.jit import build_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str  # "cpu", "sm90", "gfx950": the JIT target of the same name
+    heads: tuple | None  # None: any H >= 1
+    head_dims: tuple | None  # None: any D >= 1
+    compute_capability: tuple | None = None  # CUDA devices this backend runs on
+    arch_prefix: str | None = None  # ROCm devices (gcnArchName prefix)
+
+    def serves(self, heads: int, head_dim: int) -> bool:
+        if heads < 1 or head_dim < 1:
+            return False
+        return (self.heads is None or heads in self.heads) and (self.head_dims is None or head_dim in self.head_dims)
+
+    def describe(self) -> str:
+        def values(v):
+            return "any" if v is None else "{" + ", ".join(map(str, v)) + "}"
+
+        return f"H in {values(self.heads)} and D in {values(self.head_dims)}"
+
+
+_INT_LIST = re.compile(r"constexpr\s+int\s+(k\w+)\[\]\s*=\s*\{([^}]*)\};")
+_STRING = re.compile(r"constexpr\s+const\s+char\s+(k\w+)\[\]\s*=\s*\"([^\"]*)\";")
+
+
+def _read_capabilities(backend: str) -> dict:
+    text = (build_config.csrc_dir() / backend / "capabilities.h").read_text()
+    facts: dict = {name: tuple(int(v) for v in body.split(",") if v.strip()) for name, body in _INT_LIST.findall(text)}
+    facts.update(_STRING.findall(text))
+    return facts
+
+
+def _gpu_backend(name: str) -> Backend:
+    facts = _read_capabilities(name)
+    missing = [k for k in ("kServedHeads", "kServedHeadDims") if k not in facts]
+    if missing:
+        raise RuntimeError(f"aiter: csrc/{name}/capabilities.h does not state {missing} in the parsed form")
+    return Backend(
+        name=name,
+        heads=facts["kServedHeads"],
+        head_dims=facts["kServedHeadDims"],
+        compute_capability=facts.get("kComputeCapability"),
+        arch_prefix=facts.get("kArchPrefix"),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def backends() -> dict:
+    """name -> Backend for every backend this package has sources for."""
+    return {
+        "cpu": Backend(name="cpu", heads=None, head_dims=None),
+        "sm90": _gpu_backend("sm90"),
+        "gfx950": _gpu_backend("gfx950"),
+    }
+
+
+def gpu_backend_for(torch_module, index: int) -> Backend | None:
+    """The backend that runs on GPU ``index`` of this torch build (CUDA or ROCm), or None."""
+    if torch_module.version.hip:
+        arch = getattr(torch_module.cuda.get_device_properties(index), "gcnArchName", "") or ""
+        matches = [b for b in backends().values() if b.arch_prefix and arch.startswith(b.arch_prefix)]
+    elif torch_module.version.cuda:
+        capability = tuple(torch_module.cuda.get_device_capability(index))
+        matches = [b for b in backends().values() if b.compute_capability == capability]
+    else:
+        matches = []
+    return matches[0] if matches else None

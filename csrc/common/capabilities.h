@@ -1,0 +1,17 @@
+// How a backend states what it serves: one `capabilities.h` per backend folder, holding constexpr
+// lists that the binding checks calls against, the launcher dispatches over, and aiter/backends.py
+// reads for is_supported and the JIT's target detection (so each fact is written once). Keep every
+// list on one line, `constexpr int kName[] = {a, b};`: the Python side parses exactly that form.
+#pragma once
+#include <cstddef>
+
+namespace aiter {
+
+template <size_t Count>
+constexpr bool listed(const int (&values)[Count], long long value) {
+  for (size_t i = 0; i < Count; ++i)
+    if (values[i] == value) return true;
+  return false;
+}
+
+}  // namespace aiter

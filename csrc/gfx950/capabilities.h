@@ -1,0 +1,18 @@
+// What the gfx950 backend serves (see common/capabilities.h for who reads this and its form).
+#pragma once
+#include "common/capabilities.h"
+
+namespace aiter {
+namespace gfx950 {
+
+constexpr int kServedHeads[] = {32, 64};
+constexpr int kServedHeadDims[] = {128};
+// The device: a gcnArchName starting with "gfx950" (MI350X, MI355X).
+constexpr const char kArchPrefix[] = "gfx950";
+
+constexpr bool serves(long long heads, long long head_dim) {
+  return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
+}
+
+}  // namespace gfx950
+}  // namespace aiter

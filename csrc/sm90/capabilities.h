@@ -1,0 +1,18 @@
+// What the Hopper backend serves (see common/capabilities.h for who reads this and its form).
+#pragma once
+#include "common/capabilities.h"
+
+namespace aiter {
+namespace sm90 {
+
+constexpr int kServedHeads[] = {32, 64};
+constexpr int kServedHeadDims[] = {128};
+// The device: compute capability 9.0 (H100, H200); wgmma needs the sm_90a target.
+constexpr int kComputeCapability[] = {9, 0};
+
+constexpr bool serves(long long heads, long long head_dim) {
+  return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
+}
+
+}  // namespace sm90
+}  // namespace aiter
