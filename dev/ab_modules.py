@@ -1,0 +1,173 @@
+"""Same-run A/B of two checkouts of this package (e.g. the previous main against this tree).
+
+    python dev/ab_modules.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--out PREFIX]
+
+Each tree runs in its own worker process (PYTHONPATH = that tree, its own JIT cache), through its
+public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. The driver asks the two
+workers in turn, row by row and repetition by repetition (never both at once), so clock and power
+drift hit A and B alike; each answer is a median of CUDA-event timings with a cold L2. Before the
+timings of a row the two outputs are compared on a sample of rows, in-window elements only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+D = 128
+# A long chunk of short windows: 65536 rows of 64 keys each, where a per-CTA scan of all rows
+# (the sm90 plan) is largest next to the compute.
+SHORT_WINDOWS = ("short64", 65536, 65536)
+SAMPLED_ROWS = 64
+
+
+# ---- worker: one tree's package, answering one JSON request per line ---------------------------
+
+def _windows(mode, M, N, device):
+    import torch
+    from aiter.testing.mqa_logits import make_windows
+
+    if mode == "short64":
+        ke = (torch.arange(M, dtype=torch.int64) + 1).clamp(max=N)
+        return (ke - 64).clamp(min=0).to(torch.int32).to(device), ke.to(torch.int32).to(device)
+    return make_windows(mode, M, N, device)
+
+
+def worker(device_name: str) -> None:
+    import torch
+
+    import aiter
+    from aiter.bench import machine
+    from aiter.testing.mqa_logits import make_inputs
+
+    device = torch.device(device_name)
+    timer = machine.CpuTimer(iters=3) if device.type == "cpu" else None
+    cached = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        key = (request["mode"], request["M"], request["N"], request["H"])
+        if key not in cached:
+            cached.clear()
+            mode, M, N, H = key
+            q, kv, scales, weights = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
+            cached[key] = (q, kv, scales, weights, *_windows(mode, M, N, device))
+        inputs, clean = cached[key], request["clean"]
+        if request["what"] == "sample":
+            out = aiter.fp8_mqa_logits(*inputs, clean)
+            rows = torch.linspace(0, out.shape[0] - 1, min(SAMPLED_ROWS, out.shape[0])).long().to(device)
+            torch.save(out[rows].cpu(), request["path"])
+            reply = {"ok": True}
+        else:
+            if timer is None:
+                timer = machine.GpuTimer(device, iters=request["iters"])
+            reply = {"us": timer(lambda: aiter.fp8_mqa_logits(*inputs, clean))}
+        print(json.dumps(reply), flush=True)
+
+
+# ---- driver --------------------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, name: str, tree: Path, cache: Path, device: str):
+        self.name = name
+        env = dict(os.environ, PYTHONPATH=os.fspath(tree), AITER_JIT_DIR=os.fspath(cache), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", device],
+                                     cwd=os.fspath(tree), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    def ask(self, **request):
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"worker {self.name} died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+
+def compare_samples(paths, ks, ke, N, clean):
+    """Relative L2 between the two builds' sampled rows, inside the windows; and the -inf masks."""
+    import torch
+
+    a, b = (torch.load(p) for p in paths)
+    rows = torch.linspace(0, ks.shape[0] - 1, min(SAMPLED_ROWS, ks.shape[0])).long()
+    cols = torch.arange(N)
+    start = ks.cpu()[rows].clamp(0, N).unsqueeze(1)
+    end = ke.cpu()[rows].clamp(0, N).unsqueeze(1)
+    inside = (cols >= start) & (cols < end)
+    same_mask = bool(torch.equal(torch.isinf(a), torch.isinf(b))) if clean else True
+    if not inside.any():
+        return 0.0, same_mask
+    diff = (a - b)[inside].double().norm() / a[inside].double().norm().clamp_min(1e-30)
+    return diff.item(), same_mask
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+        return 0
+    parser = argparse.ArgumentParser(prog="python dev/ab_modules.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR", help="exactly two")
+    parser.add_argument("--heads", default="32,64")
+    parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
+    parser.add_argument("--reps", type=int, default=3, help="alternating A/B rounds per row")
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per round")
+    parser.add_argument("--out", metavar="PREFIX")
+    parser.add_argument("--smoke", action="store_true", help="CPU, two tiny shapes: checks the script itself")
+    args = parser.parse_args(argv)
+    trees = [t.split("=", 1) for t in args.tree]
+    if len(trees) != 2:
+        raise SystemExit("--tree: give exactly two, NAME=DIR")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from aiter.bench.baselines import BENCHMARK_SHAPES
+
+    device = "cpu" if args.smoke else "cuda"
+    shapes = (("causal", 64, 256), ("short64", 200, 300)) if args.smoke else BENCHMARK_SHAPES + (SHORT_WINDOWS,)
+    scratch = Path(tempfile.mkdtemp(prefix="ab_modules_"))
+    workers = [Worker(name, Path(tree).resolve(), scratch / f"jit-{name}", device) for name, tree in trees]
+    names = [w.name for w in workers]
+    heads = tuple(int(h) for h in args.heads.split(","))
+    cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
+    rows = []
+    print(f"| shape | mode | H | clean | {names[0]} µs | {names[1]} µs | {names[1]} / {names[0]} |", flush=True)
+    print("|---|---|---|---|---|---|---|", flush=True)
+    for mode, M, N in shapes:
+        for H in heads:
+            for clean in cleans:
+                request = dict(mode=mode, M=M, N=N, H=H, clean=clean, iters=args.iters)
+                paths = [os.fspath(scratch / f"sample-{w.name}.pt") for w in workers]
+                for w, path in zip(workers, paths):
+                    w.ask(what="sample", path=path, **request)
+                ks, ke = _windows(mode, M, N, "cpu")
+                diff, same_mask = compare_samples(paths, ks, ke, N, clean)
+                if diff > 1e-6 or not same_mask:
+                    print(f"warning: {M}x{N} {mode} H={H} clean={clean}: builds differ (rel L2 {diff:.2e},"
+                          f" same -inf mask {same_mask})", file=sys.stderr)
+                times = [[], []]
+                for _ in range(args.reps):
+                    for i, w in enumerate(workers):
+                        times[i].append(w.ask(what="time", **request)["us"])
+                us = [statistics.median(t) for t in times]
+                row = dict(shape=f"{M}x{N}", mode=mode, H=H, clean=clean, a_us=us[0], b_us=us[1],
+                           ratio=us[1] / us[0], rel_l2_between=diff, same_mask=same_mask)
+                rows.append(row)
+                print(f"| {row['shape']} | {mode} | {H} | {'yes' if clean else 'no'} | {us[0]:.1f} | {us[1]:.1f}"
+                      f" | {row['ratio']:.3f} |", flush=True)
+    worst = max(rows, key=lambda r: r["ratio"])
+    print(f"worst {names[1]} / {names[0]}: {worst['ratio']:.3f} ({worst['shape']} {worst['mode']} H={worst['H']}"
+          f" clean={worst['clean']}); rows over 1.03: {sum(r['ratio'] > 1.03 for r in rows)} of {len(rows)};"
+          f" rows whose outputs differ: {sum(r['rel_l2_between'] > 1e-6 or not r['same_mask'] for r in rows)}")
+    if args.out:
+        Path(args.out + ".json").write_text(json.dumps(dict(trees=trees, rows=rows), indent=1))
+    for w in workers:
+        w.proc.stdin.close()
+        w.proc.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
