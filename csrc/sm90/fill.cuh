@@ -6,10 +6,10 @@
 //
 // Tensors: ks, ke [M] int32 (read); out [M, N] f32, row stride out_stride (written: -inf only).
 //
-// Why here and not in a second pass: the fill is pure store bandwidth and the math warpgroups leave
-// the store path idle most of the time, so writing the -inf columns beside them makes clean_logits
-// nearly free. The columns inside a block's compute tiles but outside a row's window get their -inf
-// from the epilogue (epilogue.cuh), which owns them.
+// Why here and not in a second pass (or a torch.full first): the fill is pure store bandwidth, which
+// the math warpgroups leave mostly idle, so the -inf columns are written while the tensor cores work.
+// The columns inside a block's compute tiles but outside a row's window get their -inf from the
+// epilogue (epilogue.cuh), which owns them.
 #pragma once
 #include <cstdint>
 
@@ -20,15 +20,9 @@
 namespace aiter {
 namespace sm90 {
 
-// Fill runs up to this many columns (2 KiB) go a warp per row, longer ones all three warps per row.
-// A warp per row took 1024x1024 causal clean from 28.8 to 20.3 us (short runs: the loop overhead of
-// 96 threads on 64 columns) but multi_req 8192x8192 clean from 117 to 137 us (long runs: three rows'
-// scattered 512-byte stores instead of one row's contiguous 1.5 KiB); the split keeps both gains.
-constexpr int kFillShortRun = 512;
-
 // -inf over columns [begin, end) of one row by `threads` threads (this one is `thread`), 16-byte
-// stores where the row allows. Streaming stores (st.global.cs, like the epilogue's), so the output
-// passes through L2 without evicting K and Q. Column indices are 32-bit: the launcher keeps N below
+// stores where the row allows. The 16-byte body goes with streaming stores (st.global.cs, like the
+// epilogue's), so the output passes through L2 without evicting K and Q. Column indices are 32-bit: the launcher keeps N below
 // 2^31 - 64.
 __device__ __forceinline__ void fill_row_run(float* row, int begin, int end, int thread, int threads, bool vec_ok) {
   const float neg_inf = __int_as_float(0xff800000);

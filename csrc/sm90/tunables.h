@@ -48,6 +48,11 @@ constexpr int kBlockOverheadTiles = 2;
 // +2.2 us (H=32) and +3.3 us (H=64), the largest rows within noise. Those rows' few thousand
 // CUDA-core instructions share the schedulers with the math warps.
 constexpr int kExactKeys = 8;
+// -inf fill runs up to this many columns (2 KiB) go a warp per row, longer ones all three fill warps
+// per row. A warp per row: 1024x1024 causal clean 28.8 -> 20.3 us (short runs: the loop overhead of
+// 96 threads on 64 columns), but multi_req 8192x8192 clean 117 -> 137 us (long runs: three rows'
+// scattered 512-byte stores instead of one row's contiguous 1.5 KiB); the split keeps both gains.
+constexpr int kFillShortRun = 512;
 // One producer warpgroup (warp 0: TMA issue; warps 1-3: exact rows, -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 // setmaxnreg budgets, within the 65536 registers: 128 x 80 + 384 x 144 = 65536 (one accumulator of 64
