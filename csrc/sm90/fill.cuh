@@ -52,6 +52,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
   using Shape = BlockShape<H>;
   constexpr int kRows = Shape::kRowsPerBlock;
   constexpr int kWarps = kFillThreads / 32;
+  static_assert(Shape::kFillBatchBlocks <= kMaxFillBatchBlocks, "SharedStorage::fill_span holds a batch");
   const scheduler::CostModel model = cost_model(args);
   const PlanShare share = smem.plan_share[kFillList];
   int64_t block = share.block;

@@ -10,11 +10,11 @@
 //   out [M, N] f32, row stride out_stride
 //
 // One CTA per SM, 512 threads in four roles, each in its own file:
-//   all threads           plan.cuh        the CTA's balanced share of the compute and fill lists
-//   warpgroup 0, warp 0   producer.cuh    Q blocks into slots (TMA, weights, windows), K tiles into the ring
-//   warpgroup 0, warps 1-3 exact_rows.cuh rows of 1..kExactKeys keys on the CUDA cores, then
-//                          fill.cuh       the -inf columns outside the blocks' compute tiles (clean_logits)
-//   warpgroups 1-3        math.cuh        wgmma per K tile, then epilogue.cuh (relu, x w, head sum, store)
+//   all threads              plan.cuh        the CTA's balanced share of the compute and fill lists
+//   warpgroup 0, warp 0      producer.cuh    Q blocks into slots (TMA, weights, windows), K tiles into the ring
+//   warpgroup 0, warps 1-3   exact_rows.cuh  rows of 1..kExactKeys keys on the CUDA cores, then
+//                            fill.cuh        the -inf columns outside the blocks' compute tiles (clean_logits)
+//   warpgroups 1-3           math.cuh        wgmma per K tile, then epilogue.cuh (relu, x w, head sum, store)
 // The work units and their prices (work.cuh) come from the shared scheduler, common/work_scheduler.h;
 // the shared-memory layout and the barrier protocol are shared_storage.cuh; tile sizes tunables.h.
 // Why warp-specialised: the tensor cores and the CUDA-core epilogue must overlap (the epilogue alone
