@@ -23,7 +23,7 @@ def csrc_dir() -> Path:
 # Sources every build compiles: the ATen binding and the portable CPU path.
 COMMON_SOURCES = ("binding/fp8_mqa_logits_binding.cpp", "cpu/fp8_mqa_logits_cpu.cpp")
 # Per-target kernel sources, added when the target is present.
-SM90_SOURCES = ("sm90/fp8_mqa_logits_sm90.cu",)
+SM90_SOURCES = ("sm90/launcher.cu",)
 GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
 INCLUDE_DIRS = (".",)

@@ -1,5 +1,11 @@
 // Thin wrappers over the Hopper (sm_90a) PTX the fp8_mqa_logits kernel uses: mbarriers, TMA tile
-// loads, cp.async, wgmma and setmaxnreg. Device-only, torch-free.
+// loads, cp.async, fp8 conversion, wgmma and setmaxnreg. Device-only, torch-free.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
+//
+// Tensors: none directly; the shared-memory tiles the wrappers address are K-major rows of 128 e4m3
+// bytes with the 128-byte swizzle (smem_desc_sw128). Why wrappers: each role file reads as the
+// algorithm, and every inline-asm constraint lives in one place.
 #pragma once
 #include <cuda.h>
 #include <cstdint>
@@ -74,7 +80,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 
 // ---- fp8 conversion ------------------------------------------------------------------------------
 // Four e4m3 values (one 32-bit word, lowest byte first) to float, exactly (e4m3 -> f16 -> f32).
-__device__ __forceinline__ void e4m3x4_to_float(uint32_t v, float (&f)[4]) {
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t packed, float (&out)[4]) {
   asm("{\n"
       ".reg .b16 lo, hi, h0, h1, h2, h3;\n"
       ".reg .b32 p0, p1;\n"
@@ -88,8 +94,8 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t v, float (&f)[4]) {
       "cvt.f32.f16 %2, h2;\n"
       "cvt.f32.f16 %3, h3;\n"
       "}\n"
-      : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
-      : "r"(v));
+      : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
+      : "r"(packed));
 }
 
 // ---- wgmma -------------------------------------------------------------------------------------

@@ -1,36 +1,59 @@
-"""Small-shape latency: CUDA-event time per launch (cold L2) vs back-to-back launches in a CUDA graph
-(warm, no host gaps), to separate kernel time from launch and host overhead. usage: small_shapes.py LIB"""
+"""Small-shape latency of ``aiter.fp8_mqa_logits``: kernel time vs launch and host overhead.
+
+Per shape (causal, clean_logits, H = 32 and 64): the median CUDA-event time of one call with a cold
+L2 (what the bench reports), and the time per call of 20 back-to-back calls replayed from a CUDA
+graph (warm L2, no host gaps). Close figures: the time is in the kernel; a large gap: launch or host.
+
+    python -m dev.sm90.small_shapes [MxN ...]      (default 1024x1024 128x4096 64x8192)
+"""
+
 import statistics
 import sys
 
 import torch
 
-sys.path.insert(0, __file__.rsplit("/tools/", 1)[0])
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import run_dev  # noqa: E402
-from aiter.testing.mqa_logits import make_inputs, make_windows  # noqa: E402
+import aiter
+from aiter.bench.machine import GpuTimer
+from aiter.testing.mqa_logits import make_inputs, make_windows
 
-run_dev.load(sys.argv[1])
-run_dev.NUM_SMS = torch.cuda.get_device_properties(0).multi_processor_count
-flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-for M, N in ((1024, 1024), (128, 4096), (64, 8192)):
-    for H in (32, 64):
-        q, kv, s, w = make_inputs(M, N, H, 128, "cuda", 1)
-        ks, ke = make_windows("causal", M, N, "cuda")
-        out = torch.empty(M, N, device="cuda")
-        cold = run_dev.cuda_time(lambda: run_dev.run(q, kv, s, w, ks, ke, True, out), flush)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(20):
-                run_dev.run(q, kv, s, w, ks, ke, True, out)
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(10):
-            a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) * 1e3 / 20)
-        print(f"{M}x{N} H={H}: cold event {cold:.1f} us, warm graph {statistics.median(ts):.1f} us per launch")
+CALLS_PER_GRAPH = 20
+
+
+def graph_us_per_call(fn, replays=10):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / CALLS_PER_GRAPH)
+    return statistics.median(times)
+
+
+def main(argv):
+    shapes = [tuple(int(x) for x in s.lower().split("x")) for s in argv] or [(1024, 1024), (128, 4096), (64, 8192)]
+    device = torch.device("cuda")
+    timer = GpuTimer(device, iters=20)
+    for M, N in shapes:
+        for H in (32, 64):
+            q, kv, s, w = make_inputs(M, N, H, 128, device, 1)
+            ks, ke = make_windows("causal", M, N, device)
+            out = torch.empty(M, N, device=device)
+
+            def call():
+                aiter.fp8_mqa_logits(q, kv, s, w, ks, ke, clean_logits=True, out=out)
+
+            cold = timer(call)
+            warm = graph_us_per_call(call)
+            print(f"{M}x{N} H={H}: cold event {cold:.1f} us, warm graph {warm:.1f} us per call")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,10 +1,16 @@
 // Host side of the Hopper fp8_mqa_logits backend: tensor maps, launch configuration, launch.
-// The kernel and its layouts are described in fp8_mqa_logits_sm90.cuh.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
+//
+// Tensors: Q [M, H, 128] e4m3 and K [N, 128] e4m3 get 2-D tensor maps (rows of 128 bytes, 128-byte
+// swizzle: the layout wgmma reads from shared memory); everything else goes to the kernel as
+// pointers in Fp8MqaLogitsParams. One persistent CTA per SM (kernel.cuh describes the kernel).
+// Why a .cu of its own: the ATen binding stays a host-compiler file that only sees launcher.h.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "sm90/launcher.h"
-#include "sm90/fp8_mqa_logits_sm90.cuh"
+#include "sm90/kernel.cuh"
 
 namespace aiter {
 namespace {
@@ -15,16 +21,16 @@ using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t
 
 // The driver's tensor-map encoder, fetched through the runtime so the module needs no -lcuda.
 EncodeTiledFn encode_tiled() {
-  static EncodeTiledFn fn = []() -> EncodeTiledFn {
-    void* p = nullptr;
+  static EncodeTiledFn encoder = []() -> EncodeTiledFn {
+    void* entry = nullptr;
     cudaDriverEntryPointQueryResult status;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status) !=
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &status) !=
             cudaSuccess ||
         status != cudaDriverEntryPointSuccess)
       return nullptr;
-    return reinterpret_cast<EncodeTiledFn>(p);
+    return reinterpret_cast<EncodeTiledFn>(entry);
   }();
-  return fn;
+  return encoder;
 }
 
 // A [rows, 128-byte] fp8 matrix read in boxes of `box_rows` rows, 128-byte swizzled for wgmma.
@@ -41,17 +47,17 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
 }
 
 template <int H>
-const char* launch(const Fp8MqaLogitsParams& p, int num_sms, cudaStream_t stream) {
+const char* launch(const Fp8MqaLogitsParams& params, int num_sms, cudaStream_t stream) {
   CUtensorMap q_map, k_map;
-  if (!make_row_map(&q_map, p.q, static_cast<uint64_t>(p.M) * H, sm90::kQBoxRows) ||
-      !make_row_map(&k_map, p.kv, static_cast<uint64_t>(p.N), sm90::kKeysPerTile))
+  if (!make_row_map(&q_map, params.q, static_cast<uint64_t>(params.M) * H, sm90::kQBoxRows) ||
+      !make_row_map(&k_map, params.kv, static_cast<uint64_t>(params.N), sm90::kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
   const size_t smem = sizeof(sm90::SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
   auto kernel = sm90::fp8_mqa_logits_sm90_kernel<H>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
       cudaSuccess)
     return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
-  kernel<<<num_sms, sm90::kThreads, smem, stream>>>(q_map, k_map, p);
+  kernel<<<num_sms, sm90::kThreads, smem, stream>>>(q_map, k_map, params);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
@@ -62,14 +68,16 @@ bool fp8_mqa_logits_sm90_supports(int heads, int head_dim) {
   return (heads == 32 || heads == 64) && head_dim == sm90::kHeadDim;
 }
 
-const char* fp8_mqa_logits_sm90_launch(const Fp8MqaLogitsParams& p, int num_sms, void* stream) {
-  if (!fp8_mqa_logits_sm90_supports(p.H, p.D)) return "fp8_mqa_logits (sm90): needs H in {32, 64} and D == 128";
+const char* fp8_mqa_logits_sm90_launch(const Fp8MqaLogitsParams& params, int num_sms, void* stream) {
+  if (!fp8_mqa_logits_sm90_supports(params.H, params.D))
+    return "fp8_mqa_logits (sm90): needs H in {32, 64} and D == 128";
   if (num_sms <= 0) return "fp8_mqa_logits (sm90): num_sms must be positive";
   // Keys and Q-tile rows are 32-bit TMA coordinates and key indices; output offsets are 64-bit.
-  if (p.N >= (int64_t(1) << 31) - sm90::kKeysPerTile || p.M * p.H >= (int64_t(1) << 31) - sm90::kQTileCols)
+  if (params.N >= (int64_t(1) << 31) - sm90::kKeysPerTile ||
+      params.M * params.H >= (int64_t(1) << 31) - sm90::kQTileCols)
     return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 minus one tile (64 keys, one Q tile)";
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return p.H == 32 ? launch<32>(p, num_sms, s) : launch<64>(p, num_sms, s);
+  const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
+  return params.H == 32 ? launch<32>(params, num_sms, cuda_stream) : launch<64>(params, num_sms, cuda_stream);
 }
 
 }  // namespace aiter

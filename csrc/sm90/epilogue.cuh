@@ -1,0 +1,156 @@
+// The math warpgroups' epilogue of one K tile: relu, x w, head sum, x kv_scale, store.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
+//                  -inf elsewhere when clean_logits; without it nothing outside the windows is written
+//
+// Tensors: out [M, N] f32, row stride out_stride (written); kv_scale [N] f32 (the caller loads it);
+// w [M, H] and the row windows come from the block's Q slot in shared memory (producer.cuh).
+// kv_scale > 0 is a precondition, so it is applied after the head sum: relu(s x) = s relu(x).
+//
+// Accumulator fragment of wgmma m64n128 (per thread, 64 floats): warp wi of the warpgroup, lane l,
+// quad lane q = l % 4:
+//   d[4j + 2i + c] = S[key = 16 wi + l/4 + 8 i][col = 8 j + 2 q + c],  j < 16, i, c in {0, 1}
+//   col -> (row r = j / (H/8), head = 8 (j % (H/8)) + 2 q + c) within the warpgroup's rows.
+// So each thread holds, for two keys, 8 heads of every one of the warpgroup's rows: the head sum is a
+// per-thread FFMA chain and then a reduction across the quad.
+#pragma once
+#include <cstdint>
+
+#include "sm90/shared_storage.cuh"
+#include "sm90/work.cuh"
+
+namespace aiter {
+namespace sm90 {
+
+// A predicated streaming store: no branch around it in the epilogue (branch resolution stalls the
+// math warps). Streaming (.cs, evict-first): nothing reads the output back, and K and Q stay in L2.
+__device__ __forceinline__ void store_if(float* address, float value, bool pred) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %2, 0;\n"
+      "@p st.global.cs.f32 [%0], %1;\n"
+      "}\n" ::"l"(address),
+      "f"(value), "r"(int(pred))
+      : "memory");
+}
+
+// What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
+// consecutive rows it stores, the first row's output pointer, their clamped windows and what it
+// stores of them: bit 2k of `stores` = row k's in-window elements (not past M, not an exact-path
+// row: exact_rows.cuh), bit 2k + 1 = its out-of-window elements (-inf; not past M, clean_logits).
+template <int H>
+struct BlockRows {
+  static constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup / 2;
+  float weights[32];
+  float* out_row;
+  int2 window[kRows];
+  uint32_t stores;
+};
+
+template <int H>
+__device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const SharedStorage& smem, int slot, int block,
+                                                int math_warpgroup, int quad_lane, int local_row,
+                                                const KernelArgs& args) {
+  const float4* weights = reinterpret_cast<const float4*>(smem.weights[slot][math_warpgroup * 4 + quad_lane]);
+#pragma unroll
+  for (int v = 0; v < 8; ++v) {
+    const float4 four = weights[v];
+    rows.weights[4 * v] = four.x;
+    rows.weights[4 * v + 1] = four.y;
+    rows.weights[4 * v + 2] = four.z;
+    rows.weights[4 * v + 3] = four.w;
+  }
+  // Row indices fit in 32 bits (the launcher keeps M * H below 2^31); only the output offset is 64-bit.
+  const int num_rows = static_cast<int>(args.M);
+  const int m = block * BlockShape<H>::kRowsPerBlock + local_row;
+  rows.out_row = args.out + int64_t(m < num_rows ? m : 0) * args.out_stride;
+  rows.stores = 0;
+#pragma unroll
+  for (int k = 0; k < BlockRows<H>::kRows; ++k) {
+    rows.window[k] = smem.window[slot][local_row + k];
+    const bool valid = m + k < num_rows;
+    rows.stores |= (uint32_t(valid && !is_exact_row(rows.window[k].y - rows.window[k].x)) |
+                    (uint32_t(valid && args.clean_logits) << 1))
+                   << (2 * k);
+  }
+}
+
+// relu(x) is computed as (x + |x|), one FADD on the FMA pipe where fmaxf would be an FMNMX on the
+// busier ALU pipe; reduce_store's `half_kv_scale` = kv_scale / 2 takes the 2 back out (scaling by 2
+// and 1/2 is exact, so the result is bit-identical to fmaxf(x, 0) * w).
+template <int H>
+struct HeadSums {
+  float value[2][BlockShape<H>::kRowsPerWarpgroup];  // [key row i of the fragment][row]
+};
+
+// relu, x w, and this thread's share of the head sum: 8 heads of each (key, row) it holds.
+template <int H>
+__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const BlockRows<H>& rows) {
+  using Shape = BlockShape<H>;
+  constexpr int kRows = Shape::kRowsPerWarpgroup;
+  // FFMA chains per (key, row): 8 chains in all keep the FFMA latency hidden (H=32: one per (key,
+  // row); H=64: two, even and odd head groups, joined at the end in a fixed order).
+  constexpr int kChains = 8 / (2 * kRows);
+  float part[2][kRows][kChains];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) part[i][r][c] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int r = j / Shape::kHeadGroups, head_group = j % Shape::kHeadGroups;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = acc[4 * j + 2 * i + c];
+        float& chain = part[i][r][head_group % kChains];
+        chain = fmaf(x + fabsf(x), rows.weights[2 * j + c], chain);
+      }
+  }
+  HeadSums<H> sum;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      sum.value[i][r] = part[i][r][0];
+#pragma unroll
+      for (int c = 1; c < kChains; ++c) sum.value[i][r] += part[i][r][c];
+    }
+  return sum;
+}
+
+// Quad reduce-scatter of the head sums, x kv_scale, store: each thread ends with kRowsPerWarpgroup / 2
+// values of one key (`key`), the rows of BlockRows.
+template <int H>
+__device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H>& rows, float half_kv_scale,
+                                             int key, const KernelArgs& args, int lane) {
+  constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
+  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
+  const bool hi_key = lane & 2, hi_rows = lane & 1;
+  const bool key_ok = key < static_cast<int>(args.N);
+  float reduced[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float keep = hi_key ? sum.value[1][r] : sum.value[0][r];
+    const float send = hi_key ? sum.value[0][r] : sum.value[1][r];
+    reduced[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+#pragma unroll
+  for (int k = 0; k < kRows / 2; ++k) {
+    const float keep = hi_rows ? reduced[kRows / 2 + k] : reduced[k];
+    const float send = hi_rows ? reduced[k] : reduced[kRows / 2 + k];
+    float value = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * half_kv_scale;
+    const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
+    value = outside ? __int_as_float(0xff800000) : value;
+    // Without clean_logits only in-window elements are written: an empty row stays untouched.
+    store_if(rows.out_row + k * args.out_stride + key, value,
+             key_ok && ((rows.stores >> (2 * k + outside)) & 1));
+  }
+}
+
+}  // namespace sm90
+}  // namespace aiter

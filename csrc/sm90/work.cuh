@@ -1,0 +1,97 @@
+// The units of work of the Hopper kernel and how the shared work scheduler prices them.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
+//
+// Tensors read here: ks, ke [M] int32 raw row bounds (common/fp8_mqa_logits_params.h has every layout).
+//
+//   Q block  BlockShape<H>::kRowsPerBlock = kQTileCols / H consecutive query rows (12 at H=32, 6 at
+//            H=64); its Q tile is kQTileCols (row, head) columns x 128 d, one wgmma B operand per math
+//            warpgroup.
+//   K tile   kKeysPerTile = 64 keys on the grid n = 64 t (TMA boxes); a Q block visits the K tiles
+//            that cover its union window.
+//
+// Why one header: the plan scan, the producer, the -inf fill and the exact path each walk the same
+// blocks and must agree on every window, union and price, so they all read windows through
+// load_row_window and price blocks with the one cost_model below (common/work_scheduler.h).
+#pragma once
+#include <cstdint>
+
+#include "common/fp8_mqa_logits_params.h"
+#include "common/work_scheduler.h"
+#include "sm90/tunables.h"
+
+namespace aiter {
+namespace sm90 {
+
+// The kernel takes the binding's argument block by value; key indices are 32-bit (the launcher
+// rejects N >= 2^31 - 64).
+using KernelArgs = Fp8MqaLogitsParams;
+
+constexpr int kKTileBytes = kKeysPerTile * kHeadDim;  // 8 KiB
+constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 48 KiB
+constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
+constexpr int kMaxRowsPerBlock = kQTileCols / 32;  // rows of a block at the smallest H
+
+// Warps 1-3 of the producer warpgroup: the exact rows, then the -inf fill. They synchronise among
+// themselves only, on named barrier 1 (0 is __syncthreads).
+constexpr int kFillThreads = 96;
+__device__ __forceinline__ void fill_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kFillThreads) : "memory"); }
+
+template <int H>
+struct BlockShape {
+  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 12 / 6
+  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 / 2
+  static constexpr int kHeadGroups = H / 8;  // 8-column groups of the accumulator fragment per row
+  static_assert(kColsPerMathWarpgroup == 128, "the math warpgroups use wgmma m64n128");
+  static_assert(kRowsPerWarpgroup % 2 == 0, "the quad reduce-scatter halves the rows twice");
+  // With one slot the math warpgroups would wait for the next block's Q before releasing the current one.
+  static_assert(kQSlots >= 2, "the Q ring needs two slots or more");
+  static_assert((kKStages & (kKStages - 1)) == 0, "the ring index wraps with a mask");
+  static_assert(kQTileCols % kQBoxRows == 0, "whole TMA boxes per Q tile");
+
+  // Blocks whose compute spans the -inf fill derives per round, one per fill thread (fill.cuh): as
+  // many as hold kFillThreads rows.
+  static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;  // 8 / 16
+
+  __device__ __forceinline__ static int64_t num_blocks(const KernelArgs& args) {
+    return (args.M + kRowsPerBlock - 1) / kRowsPerBlock;
+  }
+};
+constexpr int kMaxFillBatchBlocks = BlockShape<64>::kFillBatchBlocks;
+
+// How the plan prices a Q block, in K tiles: the 64-key tiles of the grid that cover its union,
+// kBlockOverheadTiles for starting it, and with clean_logits one fill unit per column tile outside
+// those (the -inf fill writes them).
+__device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& args) {
+  scheduler::CostModel model;
+  model.num_keys = args.N;
+  model.tile_keys = kKeysPerTile;
+  model.tiles_on_key_grid = true;
+  model.start_overhead = kBlockOverheadTiles;
+  model.fill_unit_keys = args.clean_logits ? kKeysPerTile : 0;
+  return model;
+}
+
+// Row m's window, its raw bounds clamped to [0, N] (m < M).
+__device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs& args, int64_t m) {
+  return scheduler::row_window(__ldg(args.ks + m), __ldg(args.ke + m), args.N);
+}
+
+// The union of Q block `block`'s row windows (rows past M have none).
+template <int H>
+__device__ __forceinline__ scheduler::BlockUnion load_block_union(const KernelArgs& args, int64_t block) {
+  scheduler::BlockUnion block_union;
+#pragma unroll
+  for (int row = 0; row < BlockShape<H>::kRowsPerBlock; ++row) {
+    const int64_t m = block * BlockShape<H>::kRowsPerBlock + row;
+    if (m < args.M) block_union.add(load_row_window(args, m));
+  }
+  return block_union;
+}
+
+// Rows the exact path computes (exact_rows.cuh) and the math warpgroups therefore do not store: a
+// window of 1..kExactKeys keys (`keys` = end - begin of the clamped window, <= 0 when empty).
+__device__ __forceinline__ bool is_exact_row(int keys) { return keys > 0 && keys <= kExactKeys; }
+
+}  // namespace sm90
+}  // namespace aiter
