@@ -1,9 +1,12 @@
 """Same-run A/B of two checkouts of this package (e.g. the previous main against this tree).
 
-    python dev/ab_modules.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--out PREFIX]
+    python dev/ab.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--out PREFIX]
+    python dev/ab.py --tree plain=. --tree hook=.:-DSOME_HOOK=1     (a kernel build flag as the variant)
 
 Each tree runs in its own worker process (PYTHONPATH = that tree, its own JIT cache), through its
-public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. The driver asks the two
+public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. A tree may carry extra flags
+for the GPU compiler (NAME=DIR:FLAGS, passed as AITER_JIT_EXTRA_CUDA_CFLAGS), which is how a
+measurement variant is built without shipping its hook. The driver asks the two
 workers in turn, row by row and repetition by repetition (never both at once), so clock and power
 drift hit A and B alike; each answer is a median of CUDA-event timings with a cold L2. Before the
 timings of a row the two outputs are compared on a sample of rows, in-window elements only.
@@ -73,9 +76,10 @@ def worker(device_name: str) -> None:
 # ---- driver --------------------------------------------------------------------------------------
 
 class Worker:
-    def __init__(self, name: str, tree: Path, cache: Path, device: str):
+    def __init__(self, name: str, tree: Path, flags: str, cache: Path, device: str):
         self.name = name
-        env = dict(os.environ, PYTHONPATH=os.fspath(tree), AITER_JIT_DIR=os.fspath(cache), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONPATH=os.fspath(tree), AITER_JIT_DIR=os.fspath(cache), PYTHONUNBUFFERED="1",
+                   AITER_JIT_EXTRA_CUDA_CFLAGS=flags)
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", device],
                                      cwd=os.fspath(tree), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
@@ -110,8 +114,8 @@ def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
         return 0
-    parser = argparse.ArgumentParser(prog="python dev/ab_modules.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR", help="exactly two")
+    parser = argparse.ArgumentParser(prog="python dev/ab.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[:FLAGS]", help="exactly two")
     parser.add_argument("--heads", default="32,64")
     parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
     parser.add_argument("--reps", type=int, default=3, help="alternating A/B rounds per row")
@@ -120,15 +124,16 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU, two tiny shapes: checks the script itself")
     args = parser.parse_args(argv)
     trees = [t.split("=", 1) for t in args.tree]
-    if len(trees) != 2:
-        raise SystemExit("--tree: give exactly two, NAME=DIR")
+    if len(trees) != 2 or any(len(t) != 2 for t in trees):
+        raise SystemExit("--tree: give exactly two, NAME=DIR[:FLAGS]")
+    trees = [(name, *spec.partition(":")[::2]) for name, spec in trees]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from aiter.bench.baselines import BENCHMARK_SHAPES
 
     device = "cpu" if args.smoke else "cuda"
     shapes = (("causal", 64, 256), ("short64", 200, 300)) if args.smoke else BENCHMARK_SHAPES + (SHORT_WINDOWS,)
-    scratch = Path(tempfile.mkdtemp(prefix="ab_modules_"))
-    workers = [Worker(name, Path(tree).resolve(), scratch / f"jit-{name}", device) for name, tree in trees]
+    scratch = Path(tempfile.mkdtemp(prefix="aiter_ab_"))
+    workers = [Worker(name, Path(tree).resolve(), flags, scratch / f"jit-{name}", device) for name, tree, flags in trees]
     names = [w.name for w in workers]
     heads = tuple(int(h) for h in args.heads.split(","))
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
