@@ -7,9 +7,11 @@ everything else uses a tiny Python C-API extension that compiles in about two se
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -101,6 +103,9 @@ def test_eight_processes_build_once_then_load_from_cache(tmp_path):
     assert not info["built"] and info["ok"]
     assert info["load_s"] < 1.0, info
     assert "building" not in err
+    t0 = time.perf_counter()
+    assert core.entry_problem(core.module_spec(("cpu",)), Path(info["path"]).parent) is None
+    print(f"cached entry verified (size, sha256) in {(time.perf_counter() - t0) * 1e3:.2f} ms")
 
 
 def test_broken_source_raises_and_leaves_no_module(tmp_path):
@@ -288,7 +293,7 @@ def test_waiters_report_a_failed_build_instead_of_repeating_it(tiny):
         _, err = waiter.communicate(timeout=120)
         assert waiter.returncode != 0
         assert "failed in another process while this one waited" in err and "simulated failure" in err
-        assert "(first use" not in err  # the failure was reported, not repeated
+        assert "aiter: building tiny_jit_test for cpu (" not in err  # reported, not repeated
     finally:
         holder.kill()
         holder.wait()
@@ -428,3 +433,254 @@ def test_first_error_lines_pick_compiler_errors():
     log = "ninja: ...\n[1/2] c++ -c x.cpp\nFAILED: x.o\nx.cpp:3:1: error: expected ';'\nnote: fluff\n"
     assert core.first_error_lines(log) == ["FAILED: x.o", "x.cpp:3:1: error: expected ';'"]
     assert core.first_error_lines("nothing useful\nat all\n") == ["nothing useful", "at all"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Damaged cache entries
+# ------------------------------------------------------------------------------------------------
+
+
+def _damage(library: Path, how: str):
+    data = library.read_bytes()
+    if how == "truncated-to-half":  # dlopen of a cut ELF dies with SIGBUS: must be caught before it
+        library.write_bytes(data[: len(data) // 2])
+    elif how == "truncated-to-zero":
+        library.write_bytes(b"")
+    elif how == "garbage":
+        library.write_bytes(os.urandom(len(data)))
+    elif how == "garbage-recorded":  # digest matches, import fails: the load itself must be checked
+        garbage = os.urandom(len(data))
+        library.write_bytes(garbage)
+        meta_path = library.parent / "build.json"
+        meta = json.loads(meta_path.read_text())
+        meta["library"] = {"size": len(garbage), "sha256": hashlib.sha256(garbage).hexdigest()}
+        meta_path.write_text(json.dumps(meta))
+    elif how == "no-digest":  # an entry written by an older builder
+        meta_path = library.parent / "build.json"
+        meta = json.loads(meta_path.read_text())
+        meta.pop("library", None)
+        meta_path.write_text(json.dumps(meta))
+    elif how == "library-deleted":  # the key folder stays
+        library.unlink()
+    else:
+        raise ValueError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["truncated-to-half", "truncated-to-zero", "garbage", "garbage-recorded", "no-digest", "library-deleted"],
+)
+def test_damaged_cache_entry_is_replaced_by_a_rebuild(tiny, how):
+    first, _ = tiny()
+    assert first["built"]
+    _damage(Path(first["path"]), how)
+    rebuilt, err = tiny()
+    assert rebuilt["built"] and rebuilt["answer"] == 42 and rebuilt["path"] == first["path"]
+    notices = [l for l in err.splitlines() if "is invalid" in l]
+    assert len(notices) == 1 and str(Path(first["path"]).parent) in notices[0], err
+    again, err = tiny()
+    assert not again["built"] and again["answer"] == 42 and "invalid" not in err
+    module_dir = tiny.cache / "tiny_jit_test"
+    assert sorted(p.name for p in module_dir.iterdir()) == [first["key"]], "set-aside entries left behind"
+    meta = json.loads((Path(first["path"]).parent / "build.json").read_text())
+    library = Path(first["path"]).read_bytes()
+    assert meta["library"] == {"size": len(library), "sha256": hashlib.sha256(library).hexdigest()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Interrupted and killed builds
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def slow_cxx(tmp_path):
+    """A host compiler that, when TINY_COMPILE_SLEEP is set, waits that long before each compile
+    (the sleeper's command line carries the compiler's, so it names the build's temp dir)."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ on PATH to wrap")
+    wrapper = tmp_path / "slow-g++"
+    wrapper.write_text(textwrap.dedent(
+        f"""\
+        #!/bin/sh
+        case " $* " in
+          *" -c "*) if [ -n "$TINY_COMPILE_SLEEP" ]; then
+                      {sys.executable} -c 'import sys, time; time.sleep(float(sys.argv[1]))' "$TINY_COMPILE_SLEEP" "$@"
+                    fi ;;
+        esac
+        exec {gxx} "$@"
+        """
+    ))
+    wrapper.chmod(0o755)
+    return os.fspath(wrapper)
+
+
+def _processes_mentioning(text: str) -> list:
+    """(pid, command line) of the live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def _wait_for_compile(module_dir: Path, timeout: float = 60.0) -> str:
+    """The temp dir of the build under way in ``module_dir``, once its compiler runs."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for tmp in module_dir.glob(".tmp-*"):
+            if any("time.sleep" in cmd for _, cmd in _processes_mentioning(os.fspath(tmp))):
+                return os.fspath(tmp)
+        time.sleep(0.1)
+    raise AssertionError(f"no compile started under {module_dir} within {timeout} s")
+
+
+def _wait_until_gone(text: str, timeout: float) -> list:
+    deadline = time.time() + timeout
+    while True:
+        left = _processes_mentioning(text)
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _tiny_process(tiny, **env_extra) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, os.fspath(tiny.root.parent / "driver.py"), os.fspath(tiny.root), "build"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tiny.cache, **env_extra), start_new_session=True)
+
+
+def test_killed_builder_takes_its_compilers_with_it(tiny, slow_cxx):
+    builder = _tiny_process(tiny, AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="60")
+    try:
+        build_tmp = _wait_for_compile(tiny.cache / "tiny_jit_test")
+        builder.kill()  # SIGKILL: no Python cleanup runs in the builder
+        builder.wait()
+        left = _wait_until_gone(build_tmp, timeout=3.0)
+        assert not left, f"compiler processes of the killed build still run: {left}"
+    finally:
+        builder.kill()
+        builder.communicate()
+        for pid, _ in _processes_mentioning(os.fspath(tiny.cache)):
+            os.kill(pid, signal.SIGKILL)
+    info, _ = tiny(AITER_CXX=slow_cxx)  # the next process builds; the dead one's temp dir is swept
+    assert info["built"] and info["answer"] == 42
+    assert not list((tiny.cache / "tiny_jit_test").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("to", ["process", "group"])  # kill -INT; Ctrl-C in the builder's terminal
+def test_interrupted_builder_raises_keyboardinterrupt_and_the_waiter_builds(tiny, slow_cxx, to):
+    keyinfo, _ = tiny("key", AITER_CXX=slow_cxx)
+    module_dir = tiny.cache / "tiny_jit_test"
+    builder = _tiny_process(tiny, AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="60")
+    waiter = None
+    try:
+        build_tmp = _wait_for_compile(module_dir)
+        waiter = _tiny_process(tiny, AITER_CXX=slow_cxx)
+        assert "waiting for another process" in waiter.stderr.readline()
+        (os.kill if to == "process" else os.killpg)(builder.pid, signal.SIGINT)
+        _, builder_err = builder.communicate(timeout=30)
+        assert builder_err.rstrip().splitlines()[-1] == "KeyboardInterrupt", builder_err[-3000:]
+        assert "JitBuildError" not in builder_err
+        assert not (module_dir / f"failed-{keyinfo['key']}.log").exists()
+        assert not _wait_until_gone(build_tmp, timeout=3.0)
+        out, err = waiter.communicate(timeout=120)
+        assert waiter.returncode == 0, err[-3000:]
+        info = json.loads(out.strip().splitlines()[-1])
+        assert info["built"] and info["answer"] == 42
+    finally:
+        for p in (builder, waiter):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        for pid, _ in _processes_mentioning(os.fspath(tiny.cache)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_waiter_builds_when_the_build_process_is_killed(tiny, slow_cxx):
+    """A build that died (here: its process killed from outside) is no compile failure: the process
+    that waited for it builds instead of reporting one."""
+    keyinfo, _ = tiny("key", AITER_CXX=slow_cxx)
+    module_dir = tiny.cache / "tiny_jit_test"
+    builder = _tiny_process(tiny, AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="60")
+    waiter = None
+    try:
+        build_tmp = _wait_for_compile(module_dir)
+        waiter = _tiny_process(tiny, AITER_CXX=slow_cxx)
+        assert "waiting for another process" in waiter.stderr.readline()
+        child, = [pid for pid, cmd in _processes_mentioning(build_tmp) if "_build_child.py" in cmd]
+        os.kill(child, signal.SIGKILL)
+        _, builder_err = builder.communicate(timeout=30)
+        assert builder.returncode != 0 and "killed by SIGKILL" in builder_err, builder_err[-3000:]
+        assert not (module_dir / f"failed-{keyinfo['key']}.log").exists()
+        assert not _wait_until_gone(build_tmp, timeout=3.0)
+        out, err = waiter.communicate(timeout=120)
+        assert waiter.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["built"]
+    finally:
+        for p in (builder, waiter):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        for pid, _ in _processes_mentioning(os.fspath(tiny.cache)):
+            os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------------
+# Where the cache lives, and what the build says
+# ------------------------------------------------------------------------------------------------
+
+
+def _without_dac_override():
+    # Root writes anywhere regardless of mode bits: drop that capability in the child.
+    import ctypes
+
+    PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0)
+
+
+@pytest.mark.parametrize("layout", ["cache-dir-read-only", "module-dir-read-only"])
+def test_unwritable_cache_dir_is_a_clear_error(tiny, layout):
+    tiny.cache.mkdir()
+    read_only = tiny.cache
+    if layout == "module-dir-read-only":
+        read_only = tiny.cache / "tiny_jit_test"
+        read_only.mkdir()
+    read_only.chmod(0o555)
+    try:
+        p = subprocess.run([sys.executable, os.fspath(tiny.root.parent / "driver.py"), os.fspath(tiny.root), "build"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120, env=_env(tiny.cache),
+                           preexec_fn=_without_dac_override if os.geteuid() == 0 else None)
+    finally:
+        read_only.chmod(0o755)
+    assert p.returncode != 0
+    last = p.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("aiter.jit.core.JitBuildError:"), p.stderr[-3000:]
+    assert os.fspath(read_only) in last and "AITER_JIT_DIR" in last and "not writable" in last, last
+
+
+def test_cache_path_with_ninja_special_characters_builds(tiny, tmp_path):
+    cache = tmp_path / "cache $HOME: a b"  # $ starts a ninja variable, ':' and ' ' separate paths
+    info, err = tiny(AITER_JIT_DIR=os.fspath(cache))
+    assert info["built"] and info["answer"] == 42
+    assert Path(info["path"]).is_relative_to(cache)
+    again, _ = tiny(AITER_JIT_DIR=os.fspath(cache))
+    assert not again["built"] and again["path"] == info["path"]
+    module_dir = cache / "tiny_jit_test"
+    assert sorted(p.name for p in module_dir.iterdir()) == [info["key"]]
+
+
+def test_build_says_what_it_builds_and_how_long_it_took(tiny):
+    info, err = tiny()
+    assert info["built"]
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("aiter: building tiny_jit_test for cpu (") and "~1 min" not in lines[0]
+    done = re.fullmatch(r"aiter: built tiny_jit_test for cpu in (\d+\.\d) s \((.+)\)", lines[-1])
+    assert done and Path(done[2]) == Path(info["path"]).parent, err
+    assert 0 < float(done[1]) < 300

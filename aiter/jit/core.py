@@ -7,19 +7,35 @@ Cache layout, under ``$AITER_JIT_DIR`` (else ``$XDG_CACHE_HOME/aiter/jit``, else
 ``~/.cache/aiter/jit``)::
 
     <name>/<key>/<name>.so    one directory per key; it appears only by an atomic rename
+    <name>/<key>/build.json   how it was built, with the size and sha256 of <name>.so
     <name>/<key>.lock         held (fcntl.flock) by the one process building that key
     <name>/.tmp-<key>-<pid>-* where that process builds; removed on failure
-    <name>/failed-<key>.log   the compiler output of the last failed build of that key
+    <name>/.bad-<key>-<pid>-* an invalid entry set aside, being deleted
+    <name>/failed-<key>.log   the compiler output of the last failed compile of that key
+    $TMPDIR/aiter-jit-<key>-<pid>-*  where it builds when the cache path holds characters that
+                              ninja reads as syntax ($, ':', ' '); the library is copied back
 
 The key hashes the content of every source and header under csrc/, the flags, the targets, the
 torch and Python versions and the compilers (path and ``--version`` of the host compiler, and of nvcc
 or hipcc for a GPU target), so a changed input or an upgraded toolkit gets a new directory and a
 stale build is never loaded. A cached build is loaded with importlib directly: no ninja check, no
-compilation; asking each compiler for its version costs a few milliseconds.
+compilation; asking each compiler for its version costs a few milliseconds, hashing the library
+about 2 ms per MB (0.4 ms for the CPU module).
+
+An entry is used only when its library has the size and sha256 that build.json recorded and it
+imports. Anything else (a truncated or overwritten library, a key directory without one, an entry
+from an older builder) is set aside under the key's lock and rebuilt, with one line on stderr. The
+digest is checked before the import because dlopen of a truncated library dies with SIGBUS.
+
+A build runs in a child process (``_build_child.py``) that takes its compilers down with it: when
+this process is interrupted (KeyboardInterrupt is re-raised, nothing is recorded as a failure) and
+when it is killed. Only a failed compile writes ``failed-<key>.log``; processes that waited for an
+interrupted or killed build build the key themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -32,6 +48,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +63,7 @@ import torch
 from . import build_config
 
 # Bump when the way this file builds changes, so old cache entries are not reused.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 # A lock whose holder stopped heart-beating this long ago (or whose holder is dead) is stale.
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 HEARTBEAT_S = 10.0
@@ -373,8 +390,91 @@ class _BuildLock:
 
 
 # ------------------------------------------------------------------------------------------------
+# Cache entries
+# ------------------------------------------------------------------------------------------------
+
+ENTRY_META = "build.json"
+
+
+def library_record(path: Path) -> dict:
+    """What ``build.json`` records of a built library, to tell a damaged copy from the one built."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def entry_problem(spec: ModuleSpec, entry: Path) -> str | None:
+    """Why the cache entry ``entry`` must not be loaded, or None when its library is the one built.
+
+    Checked before the import: dlopen of a truncated library dies with SIGBUS, which no exception
+    handler in the process can catch."""
+    library = entry / _library_name(spec)
+    try:
+        meta = json.loads((entry / ENTRY_META).read_text())
+    except FileNotFoundError:
+        return f"no {ENTRY_META}"
+    except (OSError, ValueError) as e:
+        return f"unreadable {ENTRY_META}: {e}"
+    recorded = meta.get("library") if isinstance(meta, dict) else None
+    if not isinstance(recorded, dict) or "size" not in recorded or "sha256" not in recorded:
+        return f"{ENTRY_META} records no size and sha256 of the library (an older builder wrote it)"
+    try:
+        size = library.stat().st_size
+    except FileNotFoundError:
+        return f"{library.name} is missing"
+    if size != recorded["size"]:
+        return f"{library.name} has {size} bytes, {recorded['size']} were built"
+    if library_record(library)["sha256"] != recorded["sha256"]:
+        return f"{library.name} differs from the library built (sha256)"
+    return None
+
+
+def _library_inode(spec: ModuleSpec, entry: Path) -> int | None:
+    try:
+        return os.stat(entry / _library_name(spec)).st_ino
+    except OSError:
+        return None
+
+
+def _set_aside(entry: Path, reason: str):
+    """Take an invalid entry out of its key's place (the caller holds the key's lock) and delete it.
+
+    The rename is atomic, so a process reading the key sees either the entry or none; a removal
+    cut short leaves a ``.bad-*`` dir that the next build of the key sweeps."""
+    aside = entry.with_name(f".bad-{entry.name}-{os.getpid()}-{time.time_ns()}")
+    os.rename(entry, aside)
+    print(f"aiter: cache entry {entry} is invalid ({reason}); removed it, rebuilding", file=sys.stderr, flush=True)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _cache_writes(spec: ModuleSpec):
+    """Turn a refused write in the cache into an error that says which directory and what to do."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        directory = Path(e.filename).parent if e.filename else cache_root()
+        raise JitBuildError(
+            f"aiter: cannot build {spec.name}: the JIT cache directory {directory} is not writable"
+            f" ({e.strerror}); set AITER_JIT_DIR to a writable directory"
+        ) from e
+
+
+# ------------------------------------------------------------------------------------------------
 # Build and load
 # ------------------------------------------------------------------------------------------------
+
+# ninja reads '$' (a variable), ':' and ' ' (separators) in a path as syntax, and torch's build file
+# escapes only some of them: a cache path with anything outside this set is built in a temp dir.
+NINJA_SAFE_PATH = re.compile(r"[\w./+,=@%~-]*")
+# How long a build process may take to exit after SIGTERM before it gets SIGKILL.
+STOP_GRACE_S = 5.0
 
 
 def _max_jobs(spec: ModuleSpec) -> int:
@@ -412,25 +512,130 @@ def first_error_lines(log: str, limit: int = ERROR_LINES) -> list:
 
 
 def _cleanup_orphans(module_dir: Path, key: str):
-    """Temp build dirs of this key left by a process that died mid-build."""
-    for d in module_dir.glob(f".tmp-{key}-*"):
-        try:
-            pid = int(d.name.split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        if not _pid_alive(pid):
-            shutil.rmtree(d, ignore_errors=True)
+    """Temp dirs of this key left by a process that died mid-build or mid-removal."""
+    places = [(module_dir, f".tmp-{key}-"), (module_dir, f".bad-{key}-"),
+              (Path(tempfile.gettempdir()), f"aiter-jit-{key}-")]
+    for parent, prefix in places:
+        for d in parent.glob(prefix + "*"):
+            try:
+                pid = int(d.name[len(prefix):].split("-")[0])
+            except ValueError:
+                continue
+            if not _pid_alive(pid):
+                shutil.rmtree(d, ignore_errors=True)
 
 
-def _build(spec: ModuleSpec, key: str, module_dir: Path, final_dir: Path):
-    """Compile into a private temp dir, then rename it to ``final_dir`` only on success."""
-    _cleanup_orphans(module_dir, key)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-{os.getpid()}-", dir=module_dir))
+def _processes_in_group(pgid: int) -> list:
+    """The live processes of process group ``pgid`` other than its leader, from /proc."""
+    found = []
     try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == pgid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found
+
+
+def _exited(pid: int, timeout: float) -> bool:
+    """Whether child ``pid`` exits within ``timeout``; it stays unreaped."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _stop_process_group(pgid: int):
+    """Stop what is left in the build child's process group: ninja, when the child died without
+    killing it. SIGTERM first: ninja then stops the compiles it started, each in a process group of
+    its own, which SIGKILL of ninja would leave running."""
+    if not _processes_in_group(pgid):
+        return
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _processes_in_group(pgid):
+        if time.monotonic() > deadline:
+            os.killpg(pgid, signal.SIGKILL)
+            return
+        time.sleep(0.02)
+
+
+def _run_build_child(spec: ModuleSpec, job_path: Path, work: Path, log_path: Path) -> int:
+    """The build child's exit status (negative: killed by that signal). Whatever ends the wait,
+    KeyboardInterrupt included, no compiler of the build survives it."""
+    child = Path(__file__).with_name("_build_child.py")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, os.fspath(child), os.fspath(job_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_child_env(spec),
+            cwd=os.fspath(work),
+            # Its own session: a Ctrl-C in this terminal interrupts this process only, which then
+            # stops the build, instead of killing the compilers under a process that carries on.
+            start_new_session=True,
+        )
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    except BaseException:
+        proc.send_signal(signal.SIGTERM)  # the child kills its process tree, then itself
+        if not _exited(proc.pid, STOP_GRACE_S):
+            proc.kill()
+        raise
+    finally:
+        # Unreaped, the child's pid still names its process group: no other process can take it.
+        _stop_process_group(proc.pid)
+        proc.wait()
+    return proc.returncode
+
+
+def _rename_into_place(spec: ModuleSpec, staging: Path, entry: Path):
+    try:
+        os.rename(staging, entry)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        # An entry appeared during this build (another process broke a stale lock and finished
+        # first): keep it when valid, else replace it.
+        problem = entry_problem(spec, entry)
+        if problem is None:
+            return
+        _set_aside(entry, problem)
+        os.rename(staging, entry)
+
+
+def _build(spec: ModuleSpec, key: str, module_dir: Path, entry: Path):
+    """Compile in a private temp dir; only a finished, verified library is renamed to ``entry``."""
+    _cleanup_orphans(module_dir, key)
+    t0 = time.time()
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-{os.getpid()}-", dir=module_dir))
+    work = staging / "build"
+    try:
+        if not NINJA_SAFE_PATH.fullmatch(os.fspath(work)):
+            work = Path(tempfile.mkdtemp(prefix=f"aiter-jit-{key}-{os.getpid()}-"))
+            if not NINJA_SAFE_PATH.fullmatch(os.fspath(work)):
+                raise JitBuildError(
+                    f"aiter: cannot build {spec.name}: both the cache path {module_dir} and the temp"
+                    f" dir {work.parent} contain characters ninja cannot take; set AITER_JIT_DIR or"
+                    " TMPDIR to a plain path"
+                )
+        work.mkdir(exist_ok=True)
         # Build from a private copy of the source tree: on ROCm, cpp_extension hipifies the sources
         # in place (new *_hip files beside them), which would change the next key and fail on a
         # read-only install. The key is taken from the originals.
-        src_copy = tmp / "src"
+        src_copy = work / "src"
         shutil.copytree(spec.root, src_copy)
 
         def in_copy(path: str) -> str:
@@ -444,23 +649,23 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, final_dir: Path):
             "extra_cuda_cflags": list(spec.extra_cuda_cflags),
             "extra_ldflags": list(spec.extra_ldflags),
             "include_dirs": [in_copy(d) for d in spec.include_dirs],
-            "build_dir": os.fspath(tmp),
+            "build_dir": os.fspath(work),
+            "parent_pid": os.getpid(),
         }
-        (tmp / "job.json").write_text(json.dumps(job, indent=1))
-        child = Path(__file__).with_name("_build_child.py")
-        log_path = tmp / "build.log"
-        t0 = time.time()
-        with open(log_path, "wb") as log:
-            rc = subprocess.call(
-                [sys.executable, os.fspath(child), os.fspath(tmp / "job.json")],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_child_env(spec),
-                cwd=os.fspath(tmp),
-            )
+        (work / "job.json").write_text(json.dumps(job, indent=1))
+        log_path = work / "build.log"
+        rc = _run_build_child(spec, work / "job.json", work, log_path)
         log_text = log_path.read_text(errors="replace")
-        if rc != 0 or not (tmp / _library_name(spec)).is_file():
+        if rc < 0:
+            # Killed from outside (out of memory, a supervisor): no compile failure, so nothing is
+            # recorded for the processes waiting on this key; they build again.
+            tail = "\n".join("  " + l for l in log_text.splitlines()[-ERROR_LINES:])
+            raise JitBuildError(
+                f"aiter: building {spec.name} for {spec.label} stopped: its build process was killed by"
+                f" {signal.Signals(-rc).name}; last output:\n{tail}"
+            )
+        built_library = work / _library_name(spec)
+        if rc != 0 or not built_library.is_file():
             failed_log = module_dir / f"failed-{key}.log"
             shutil.copyfile(log_path, failed_log)
             errors = "\n".join("  " + l for l in first_error_lines(log_text))
@@ -468,28 +673,28 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, final_dir: Path):
                 f"aiter: building {spec.name} for {spec.label} failed (exit {rc});"
                 f" first errors:\n{errors}\nfull log: {failed_log}"
             )
-        for obj in tmp.glob("*.o"):
-            obj.unlink()
-        shutil.rmtree(src_copy, ignore_errors=True)
+        library = staging / _library_name(spec)
+        shutil.move(os.fspath(built_library), os.fspath(library))
+        shutil.copyfile(log_path, staging / "build.log")
+        seconds = time.time() - t0
         meta = {
             "key": key,
             "targets": list(spec.targets),
-            "seconds": round(time.time() - t0, 1),
+            "library": library_record(library),
+            "seconds": round(seconds, 1),
             "torch": torch.__version__,
             "cxx": host_compiler(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        (tmp / "build.json").write_text(json.dumps(meta, indent=1))
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared cache from other users
-        try:
-            os.rename(tmp, final_dir)
-        except OSError as e:
-            # Someone else's build of the same key won (only after a stale-lock break): use theirs.
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final_dir / _library_name(spec)).is_file():
-                raise
+        (staging / ENTRY_META).write_text(json.dumps(meta, indent=1))
+        shutil.rmtree(work)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+        _rename_into_place(spec, staging, entry)
+        print(f"aiter: built {spec.name} for {spec.label} in {seconds:.1f} s ({entry})", file=sys.stderr, flush=True)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for d in (work, staging):
+            if d.exists():
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def _import_library(name: str, path: Path):
@@ -502,9 +707,10 @@ def _import_library(name: str, path: Path):
 
 
 def _raise_if_failed_meanwhile(spec: ModuleSpec, failed_log: Path, since: float):
-    """The build this process waited for failed: report that failure instead of repeating it (a
-    dozen processes started together would otherwise each spend a minute on the same error). A
-    later process, which did not wait, builds again."""
+    """The build this process waited for failed to compile: report that failure instead of
+    repeating it (a dozen processes started together would otherwise each spend a minute on the
+    same error). A later process, which did not wait, builds again; so does a waiter whose builder
+    was interrupted or killed, which records no failure."""
     try:
         failed_at = failed_log.stat().st_mtime
     except OSError:
@@ -517,45 +723,79 @@ def _raise_if_failed_meanwhile(spec: ModuleSpec, failed_log: Path, since: float)
         )
 
 
+def _ensure_entry(spec: ModuleSpec, key: str, module_dir: Path, import_failure: tuple | None) -> bool:
+    """Make ``module_dir/key`` a valid entry, once across processes: wait while another process
+    holds the key's lock, then check the entry under the lock, set an invalid one aside and build.
+    ``import_failure``: (inode, reason) of a library that verified but did not import here.
+    Returns whether this process built it."""
+    entry = module_dir / key
+    failed_log = module_dir / f"failed-{key}.log"
+    lock = _BuildLock(module_dir / f"{key}.lock")
+    with _cache_writes(spec):
+        module_dir.mkdir(parents=True, exist_ok=True)
+    wait_start = None  # when this process first found another one building
+
+    def problem() -> str | None:
+        found = entry_problem(spec, entry)
+        if found is None and import_failure and _library_inode(spec, entry) == import_failure[0]:
+            return import_failure[1]
+        return found
+
+    while True:
+        with _cache_writes(spec):
+            acquired = lock.try_acquire()
+        if not acquired:
+            if entry.exists() and problem() is None:
+                return False  # built by the process that still holds the lock
+            if wait_start is None:
+                wait_start = time.time()
+                print(
+                    f"aiter: waiting for another process to build {spec.name} ({lock.path})...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(0.25)
+            continue
+        try:
+            if entry.exists():
+                reason = problem()
+                if reason is None:
+                    return False  # built by another process meanwhile
+                with _cache_writes(spec):
+                    _set_aside(entry, reason)
+            if wait_start is not None:
+                _raise_if_failed_meanwhile(spec, failed_log, wait_start)
+            print(
+                f"aiter: building {spec.name} for {spec.label} (about 30 s for the CPU module on two"
+                " cores, longer with a GPU kernel)...",
+                file=sys.stderr,
+                flush=True,
+            )
+            _build(spec, key, module_dir, entry)
+            return True
+        finally:
+            lock.release()
+
+
 def load_or_build(spec: ModuleSpec, info: dict | None = None):
-    """Load ``spec``'s cached build, building it first (once across processes) if absent."""
+    """Load ``spec``'s cached build, building it first (once across processes) if it is absent or
+    invalid: an entry is used only when its library matches build.json and imports."""
     t0 = time.time()
     key = cache_key(spec)
     module_dir = cache_root() / spec.name
-    final_dir = module_dir / key
-    library = final_dir / _library_name(spec)
+    entry = module_dir / key
+    library = entry / _library_name(spec)
+    module = None
+    import_failure = None
+    if entry.exists() and entry_problem(spec, entry) is None:
+        try:
+            module = _import_library(spec.name, library)
+        except (ImportError, OSError) as e:
+            import_failure = (_library_inode(spec, entry), f"{library.name} does not import: {e}")
     built = False
-    if not library.is_file():
-        module_dir.mkdir(parents=True, exist_ok=True)
-        lock = _BuildLock(module_dir / f"{key}.lock")
-        failed_log = module_dir / f"failed-{key}.log"
-        wait_start = None  # when this process first found another one building
-        while not library.is_file():
-            if lock.try_acquire():
-                try:
-                    if not library.is_file() and wait_start is not None:
-                        _raise_if_failed_meanwhile(spec, failed_log, wait_start)
-                    if not library.is_file():
-                        hint = "~1 min" if spec.targets == ("cpu",) else "~2 min"
-                        print(
-                            f"aiter: building {spec.name} for {spec.label} (first use, {hint})...",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        _build(spec, key, module_dir, final_dir)
-                        built = True
-                finally:
-                    lock.release()
-            else:
-                if wait_start is None:
-                    wait_start = time.time()
-                    print(
-                        f"aiter: waiting for another process to build {spec.name} ({lock.path})...",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                time.sleep(0.25)
-    module = _import_library(spec.name, library)
+    if module is None:
+        built = _ensure_entry(spec, key, module_dir, import_failure)
+        module = _import_library(spec.name, library)
     if info is not None:
         info.update(
             built=built, key=key, path=os.fspath(library), targets=list(spec.targets),
