@@ -32,7 +32,7 @@ def _env(cache: Path, **extra) -> dict:
     env = dict(os.environ)
     env["AITER_JIT_DIR"] = os.fspath(cache)
     env["PYTHONPATH"] = os.fspath(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    for k in ("AITER_JIT_EXTRA_CFLAGS", "AITER_CXX", "AITER_JIT_TARGETS", "AITER_JIT_LOCK_TIMEOUT"):
+    for k in ("AITER_JIT_EXTRA_CFLAGS", "AITER_JIT_EXTRA_CUDA_CFLAGS", "AITER_CXX", "AITER_JIT_TARGETS", "AITER_JIT_LOCK_TIMEOUT"):
         env.pop(k, None)
     env.update(extra)
     return env
@@ -345,6 +345,7 @@ def test_foreign_cxx_is_not_used_by_default(monkeypatch):
 
 def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
+    monkeypatch.delenv("AITER_JIT_EXTRA_CUDA_CFLAGS", raising=False)
     cpu = core.module_spec(("cpu",))
     assert cpu.sources == tuple(core.build_config.source_paths(core.build_config.COMMON_SOURCES))
     assert core.cache_key(cpu) == core.cache_key(core.module_spec(("cpu",)))
@@ -357,8 +358,11 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     gfx = core.module_spec(("cpu", "gfx950"))
     assert "-DAITER_WITH_GFX950" in gfx.extra_cflags and "--offload-arch=gfx950" in gfx.extra_cuda_cflags
     hashed = core._hashed_files(cpu)
-    include = core.build_config.csrc_dir() / "include"
-    assert all(os.fspath(p) in hashed for p in include.iterdir() if p.is_file())
+    headers = [p for p in core.build_config.csrc_dir().rglob("*") if p.suffix in core.HEADER_SUFFIXES]
+    assert headers and all(os.fspath(p) in hashed for p in headers)
+    monkeypatch.setenv("AITER_JIT_EXTRA_CUDA_CFLAGS", "-DAITER_SOMETHING")
+    assert core.cache_key(core.module_spec(("cpu", "sm90"))) != core.cache_key(sm90)
+    assert core.module_spec(("cpu", "sm90")).extra_cuda_cflags[-1] == "-DAITER_SOMETHING"
 
 
 def test_key_covers_the_toolchain(tmp_path, monkeypatch):

@@ -169,8 +169,12 @@ def module_spec(targets=None) -> ModuleSpec:
         names += build_config.GFX950_SOURCES
         cflags.append("-DAITER_WITH_GFX950")
         cuda_cflags += build_config.GFX950_HIP_FLAGS
-    # Debug/test hook: extra host flags (e.g. "-include broken.h" to exercise the failure path).
+    # Debug, test and A/B hooks: extra host flags (e.g. "-include broken.h" to exercise the failure
+    # path) and extra GPU-compiler flags (a measurement variant of a kernel, dev/ab.py). Both are in
+    # the key, so a variant never loads the plain build.
     cflags += shlex.split(os.environ.get("AITER_JIT_EXTRA_CFLAGS", ""))
+    if len(targets) > 1:
+        cuda_cflags += shlex.split(os.environ.get("AITER_JIT_EXTRA_CUDA_CFLAGS", ""))
     return ModuleSpec(
         name=build_config.MODULE_NAME,
         sources=tuple(build_config.source_paths(names)),
