@@ -192,6 +192,177 @@ def test_torch_compile_fullgraph_cpu():
     assert torch.equal(out[inside], eager[inside])
 
 
+# ---- not differentiable: refused at the call, never a silently missing gradient -------------------------
+
+
+def _wrapper(args):
+    return fp8_mqa_logits(*args)
+
+
+def _wrapper_out(args):
+    return fp8_mqa_logits(*args, out=torch.empty(17, 61))
+
+
+def _deepgemm_form(args):
+    q, kv, s, w, ks, ke = args
+    return fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke)
+
+
+def _functional_op(args):
+    return torch.ops.aiter.fp8_mqa_logits(*args, True, 0)
+
+
+def _out_op(args):
+    out = torch.empty(17, 61)
+    torch.ops.aiter.fp8_mqa_logits_out(*args, True, out, 0)
+    return out
+
+
+CALL_FORMS = [pytest.param(f, id=f.__name__.strip("_")) for f in (_wrapper, _wrapper_out, _deepgemm_form,
+                                                                   _functional_op, _out_op)]
+FLOAT_INPUTS = {"q": 0, "kv": 1, "kv_scales": 2, "weights": 3}
+
+
+@pytest.mark.parametrize("name", FLOAT_INPUTS)
+@pytest.mark.parametrize("form", CALL_FORMS)
+def test_input_requiring_grad_is_refused(form, name):
+    args = list(_case())
+    args[FLOAT_INPUTS[name]] = args[FLOAT_INPUTS[name]].clone().requires_grad_()
+    with pytest.raises(RuntimeError, match=rf"^fp8_mqa_logits: {name} requires grad, but the op is not differentiable"):
+        form(args)
+    if name == "weights":  # a non-leaf, as in a model (weights = proj(x) * scale)
+        args[3] = args[3] * 1.0
+        with pytest.raises(RuntimeError, match=r"\bweights requires grad"):
+            form(args)
+
+
+@pytest.mark.parametrize("form", CALL_FORMS)
+def test_grad_free_calls_still_work(form):
+    """no_grad, inference_mode, or inputs that do not require grad: the op runs as before."""
+    args = list(_case())
+    _assert_matches_reference(form(args), args)
+    needs_grad = list(args)
+    needs_grad[3] = needs_grad[3].clone().requires_grad_()
+    with torch.no_grad():
+        out = form(needs_grad)
+    assert out.grad_fn is None and not out.requires_grad
+    _assert_matches_reference(out, args)
+    with torch.inference_mode():
+        _assert_matches_reference(form(needs_grad), args)
+        _assert_matches_reference(form([t.clone() for t in args]), args)  # inference tensors
+    _assert_matches_reference(form([t.detach() for t in needs_grad]), args)
+
+
+@pytest.mark.parametrize("use_op", [False, True], ids=["wrapper", "op"])
+def test_out_that_requires_grad_is_refused(use_op):
+    """As torch's own out= functions do; under no_grad (an optimizer-style update) it is written."""
+    args = _case()
+
+    def run(out):
+        if use_op:
+            torch.ops.aiter.fp8_mqa_logits_out(*args, True, out, 0)
+        else:
+            fp8_mqa_logits(*args, out=out)
+
+    leaf = torch.zeros(17, 61, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^fp8_mqa_logits: out is a leaf tensor that requires grad"):
+        run(leaf)
+    assert torch.equal(leaf.detach(), torch.zeros(17, 61))
+    with pytest.raises(RuntimeError, match=r"^fp8_mqa_logits: out is a tensor that requires grad"):
+        run(leaf * 1.0)
+    with torch.no_grad():
+        run(leaf)
+    _assert_matches_reference(leaf.detach(), args)
+
+
+@pytest.mark.parametrize("use_op", [False, True], ids=["wrapper", "op"])
+def test_inference_tensor_out_is_refused_outside_inference_mode(use_op):
+    """torch refuses an in-place write to an inference tensor outside inference mode, even under
+    no_grad; inside inference mode it is fine."""
+    args = _case()
+
+    def run(args, out):
+        if use_op:
+            torch.ops.aiter.fp8_mqa_logits_out(*args, True, out, 0)
+        else:
+            fp8_mqa_logits(*args, out=out)
+
+    with torch.inference_mode():
+        out = torch.zeros(17, 61)
+        inference_args = [t.clone() for t in args]
+    with pytest.raises(RuntimeError, match=r"^fp8_mqa_logits: out is an inference tensor"):
+        run(args, out)
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"\bout is an inference tensor"):
+        run(args, out)
+    # Every argument an inference tensor: no Autograd kernel runs, the ADInplaceOrView one refuses.
+    with pytest.raises(RuntimeError, match=r"^fp8_mqa_logits: out is an inference tensor"):
+        run(inference_args, out)
+    assert torch.equal(out, torch.zeros(17, 61))
+    with torch.inference_mode():
+        run(args, out)
+        _assert_matches_reference(out, args)
+        run(inference_args, out)
+        _assert_matches_reference(out, args)
+
+
+def test_out_version_counter_is_bumped():
+    """Autograd sees the write (as for torch's in-place ops): a tensor saved for backward and then
+    overwritten by the op makes backward fail instead of using the new values."""
+    args = _case()
+    out = torch.zeros(17, 61)
+    before = out._version
+    fp8_mqa_logits(*args, out=out)
+    torch.ops.aiter.fp8_mqa_logits_out(*args, True, out, 0)
+    assert out._version == before + 2
+    x = torch.ones(17, 61, requires_grad=True)
+    saved = torch.zeros(17, 61)
+    y = (x * saved).sum()  # saves `saved` for backward
+    fp8_mqa_logits(*args, out=saved)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_forward_mode_tangent_is_refused():
+    import torch.autograd.forward_ad as fwAD
+
+    args = list(_case())
+    with fwAD.dual_level():
+        args[3] = fwAD.make_dual(args[3], torch.ones_like(args[3]))
+        with pytest.raises(RuntimeError, match=r"^fp8_mqa_logits: weights carries a forward-mode AD tangent"):
+            fp8_mqa_logits(*args)
+
+
+def test_dispatch_modes_still_see_the_op():
+    """The Autograd kernels call the implementation directly only when nothing sits below them: a
+    TorchDispatchMode (as FakeTensorMode, functionalization or a profiler use) still gets the call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    args = _case()
+    out = torch.empty(17, 61)
+    with Record():
+        _assert_matches_reference(fp8_mqa_logits(*args), args)
+        fp8_mqa_logits(*args, out=out)
+    _assert_matches_reference(out, args)
+    assert torch.ops.aiter.fp8_mqa_logits.default in seen and torch.ops.aiter.fp8_mqa_logits_out.default in seen
+
+
+def test_torch_compile_refuses_grad_too():
+    torch._dynamo.reset()
+    q, kv, s, w, ks, ke = _case(mode="causal")
+    compiled = torch.compile(lambda w: fp8_mqa_logits(q, kv, s, w, ks, ke), fullgraph=True)
+    with pytest.raises(Exception, match=r"\bweights requires grad, but the op is not differentiable"):
+        compiled(w.clone().requires_grad_())
+    with torch.no_grad():
+        _assert_matches_reference(compiled(w.clone().requires_grad_()), (q, kv, s, w, ks, ke))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: host-sync detection is a CUDA feature")
 def test_no_host_sync_on_gpu():
     if not is_supported(32, 128, "cuda"):

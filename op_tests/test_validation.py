@@ -2,16 +2,18 @@
 offending argument, through the public API; never a crash, a hang or a garbage result.
 
 Types (csrc/fp8_mqa_logits_binding.cpp): TypeError for a dtype, ValueError for a rank, shape,
-stride, size or alignment, RuntimeError for mixed devices, NotImplementedError for a shape or
-device no compiled kernel serves. Also: M == 0 or N == 0 returns the empty result.
+stride, size, alignment or an `out` overlapping an input, RuntimeError for mixed devices,
+NotImplementedError for a shape or device no compiled kernel serves. The fake kernels refuse the same
+inputs the same way. Also: M == 0 or N == 0 returns the empty result.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
+from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
 from aiter.testing.mqa_logits import make_inputs, make_windows, reference_logits
 
 FP8 = torch.float8_e4m3fn
@@ -149,6 +151,144 @@ def test_good_arguments_after_bad_ones_still_work():
     inside = torch.isfinite(ref)
     assert torch.equal(torch.isneginf(out), ~inside)
     assert ((out.double() - ref)[inside].norm() / ref[inside].norm()).item() < 1e-6
+
+
+# ---- out sharing memory with an input --------------------------------------------------------------
+INPUT_NAMES = ("q", "kv", "kv_scales", "weights", "cu_starts", "cu_ends")
+
+
+def move_into_out_rows(args, name, padded):
+    """Moves args[name] into a float32 buffer that also backs a new `out` [M, N] (row pitch N, or N + 8
+    when padded), its bytes starting at out's row 1; fp8 and int32 inputs are .view(dtype)s of the
+    same bytes. Returns (out, buffer)."""
+    t = args[name]
+    pitch = N + 8 if padded else N
+    nbytes = t.numel() * t.element_size()
+    start = pitch * 4
+    buf = torch.full((max(M * pitch * 4, start + nbytes) // 4 + 1,), 3.0)
+    raw = buf.view(torch.uint8)[start : start + nbytes]
+    raw.copy_(t.contiguous().view(-1).view(torch.uint8))
+    args[name] = raw.view(t.dtype).view(t.shape)
+    return buf[: M * pitch].view(M, pitch)[:, :N], buf
+
+
+def weights_beside_out(args, first_col):
+    """out = buf[:, :N] and weights = buf[:, first_col:first_col + H] of one [M, N + H + 1] buffer."""
+    buf = torch.full((M, N + H + 1), 3.0)
+    buf[:, first_col : first_col + H] = args["weights"]
+    args["weights"] = buf[:, first_col : first_col + H]
+    return buf[:, :N], buf
+
+
+def scales_in_out_buffer(args, offset):
+    """out = buf[:, :N] of a [M, 2N] buffer and kv_scales = N floats of the same buffer from `offset`."""
+    buf = torch.full((M, 2 * N), 3.0)
+    buf.view(-1)[offset : offset + N] = args["kv_scales"]
+    args["kv_scales"] = buf.view(-1)[offset : offset + N]
+    return buf[:, :N], buf
+
+
+# (id, input name, how to build out (and move the input) from the good arguments)
+OVERLAPPING_OUT = [
+    *[(f"{name}-in-out", name, lambda a, n=name: move_into_out_rows(a, n, padded=False)) for name in INPUT_NAMES],
+    *[(f"{name}-in-padded-out", name, lambda a, n=name: move_into_out_rows(a, n, padded=True)) for name in INPUT_NAMES],
+    ("weights-padded-last-column", "weights", lambda a: weights_beside_out(a, N - 1)),
+    ("kv_scales-over-row-0-end", "kv_scales", lambda a: scales_in_out_buffer(a, N - 1)),
+    ("kv_scales-over-row-1-start", "kv_scales", lambda a: scales_in_out_buffer(a, N + 1)),
+]
+# The same buffers with no byte shared: accepted (the padding between out's rows is not out's).
+DISJOINT_OUT = [
+    ("weights-in-out-padding", lambda a: weights_beside_out(a, N)),
+    ("kv_scales-between-rows-0-and-1", lambda a: scales_in_out_buffer(a, N)),
+    ("kv_scales-after-last-row", lambda a: scales_in_out_buffer(a, (M - 1) * 2 * N + N)),
+]
+
+
+@pytest.mark.parametrize("name,build", [pytest.param(*c[1:], id=c[0]) for c in OVERLAPPING_OUT])
+def test_out_overlapping_an_input_is_refused(name, build):
+    args = good_args()
+    out, buf = build(args)
+    before = buf.clone()
+    with pytest.raises(ValueError, match=rf"\bout overlaps {name} in memory"):
+        call(args, out=out)
+    assert torch.equal(buf.view(torch.uint8), before.view(torch.uint8)), "a refused call wrote the buffer"
+
+
+@pytest.mark.parametrize("build", [pytest.param(c[1], id=c[0]) for c in DISJOINT_OUT])
+def test_out_sharing_a_buffer_without_overlap_is_accepted(build):
+    args = good_args()
+    ref = reference_logits(*args.values())
+    out, buf = build(args)
+    inputs = {k: v.clone() for k, v in args.items()}
+    assert call(args, out=out) is out
+    inside = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(out), ~inside)
+    assert ((out.double() - ref)[inside].norm() / ref[inside].norm()).item() < 1e-6
+    for k, v in inputs.items():
+        assert torch.equal(args[k].view(torch.uint8), v.view(torch.uint8)), f"{k} was overwritten"
+
+
+# ---- the fake kernels refuse what the real op refuses -------------------------------------------------
+
+
+def call_fake(args, kwargs):
+    """The call under FakeTensorMode (torch.compile and torch.export trace so), aliasing kept."""
+    mode = FakeTensorMode()
+    fake = {k: mode.from_tensor(v) for k, v in args.items()}
+    fake_kwargs = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with mode:
+        return call(fake, **fake_kwargs)
+
+
+@pytest.mark.parametrize("breaker,kwargs,error,pattern", [pytest.param(*c[1:], id=c[0]) for c in BAD_INPUTS])
+def test_fake_kernel_refuses_bad_input_like_the_real_op(breaker, kwargs, error, pattern):
+    args = good_args()
+    breaker(args)
+    with pytest.raises(error, match=pattern):
+        call_fake(args, kwargs)
+
+
+@pytest.mark.parametrize("name,build", [pytest.param(*c[1:], id=c[0]) for c in OVERLAPPING_OUT])
+def test_fake_kernel_refuses_overlapping_out(name, build):
+    args = good_args()
+    out, _ = build(args)
+    with pytest.raises(ValueError, match=rf"\bout overlaps {name} in memory"):
+        call_fake(args, {"out": out})
+
+
+@pytest.mark.parametrize("build", [pytest.param(c[1], id=c[0]) for c in DISJOINT_OUT])
+def test_fake_kernel_accepts_what_the_real_op_accepts(build):
+    args = good_args()
+    assert call_fake(args, {}).shape == (M, N)
+    out, _ = build(args)
+    assert call_fake(args, {"out": out}).shape == (M, N)
+
+
+def test_export_refuses_inconsistent_shapes_at_trace_time():
+    """torch.export traces with fake tensors: a wrong-sized input is refused there, naming it."""
+
+    class Indexer(torch.nn.Module):
+        def forward(self, q, kv, kv_scales, weights, cu_starts, cu_ends):
+            return fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends)
+
+    args = good_args()
+    args["weights"] = args["weights"][:-1]
+    with pytest.raises(ValueError, match=r"\bweights\.size\(0\) must be q's M = 5"):
+        torch.export.export(Indexer(), tuple(args.values()))
+
+
+# ---- clean_logits ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, "False", "True", 0, 1, 1.0, torch.tensor(True)],
+                         ids=["None", "str-False", "str-True", "0", "1", "1.0", "tensor"])
+def test_clean_logits_must_be_a_bool(value):
+    args = good_args()
+    with pytest.raises(TypeError, match=r"^fp8_mqa_logits: clean_logits must be a bool"):
+        call(args, clean_logits=value)
+    with pytest.raises(TypeError, match=r"^fp8_mqa_logits_deepgemm: clean_logits must be a bool"):
+        fp8_mqa_logits_deepgemm(args["q"], (args["kv"], args["kv_scales"]), args["weights"], args["cu_starts"],
+                                args["cu_ends"], value)
 
 
 # ---- M == 0 or N == 0 ------------------------------------------------------------------------------

@@ -4,10 +4,12 @@
                    -inf elsewhere when clean_logits (else unspecified)
 
 Both entries go through torch custom ops registered here at import (``torch.ops.aiter.fp8_mqa_logits``,
-functional, and ``torch.ops.aiter.fp8_mqa_logits_out``, which writes ``out``), with fake kernels so
-that torch.compile and CUDA-graph capture trace them. The ops' implementation calls the JIT module
-(built on first use, see aiter/jit/core.py), which validates every argument and runs the CPU path or
-the GPU kernel of q's device. Nothing here synchronises with the device or reads tensor values.
+functional, and ``torch.ops.aiter.fp8_mqa_logits_out``, which writes ``out``). Their Autograd kernels
+refuse inputs that need a gradient (the op has no backward); their fake kernels repeat the binding's
+checks on metadata, so that torch.compile, torch.export and CUDA-graph capture trace them and refuse
+bad arguments while tracing. The implementation calls the JIT module (built on first use, see
+aiter/jit/core.py), which validates every argument and runs the CPU path or the GPU kernel of q's
+device. Nothing here synchronises with the device or reads tensor values.
 
 Precondition (not checked on the device): kv_scales > 0, as in every real caller (amax / 448).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.autograd import forward_ad
 
 __all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
 
@@ -24,8 +27,9 @@ GPU_HEADS = (32, 64)
 GPU_HEAD_DIM = 128
 
 # FRAGMENT: other packages may define ops in the "aiter" namespace too. Plain Library + impl rather
-# than torch.library.custom_op: its per-call Python overhead measured ~9 us against ~2.6 us here,
-# which matters for the small shapes (a few us of GPU time each).
+# than torch.library.custom_op: its per-call Python overhead measured ~9 us against ~2.6 us here (the
+# Autograd kernels below add ~1-2 us; custom_op stays about twice as slow), which matters for the small
+# shapes (a few us of GPU time each).
 _lib = torch.library.Library("aiter", "FRAGMENT")
 _lib.define(
     "fp8_mqa_logits(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, "
@@ -35,6 +39,11 @@ _lib.define(
     "fp8_mqa_logits_out(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, "
     "Tensor cu_ends, bool clean_logits, Tensor(a!) out, int split_n=0) -> ()"
 )
+
+
+_FUNCTIONAL_OP = torch.ops.aiter.fp8_mqa_logits.default
+_OUT_OP = torch.ops.aiter.fp8_mqa_logits_out.default
+_INPUT_NAMES = ("q", "kv", "kv_scales", "weights", "cu_starts", "cu_ends")
 
 
 def _module():
@@ -56,30 +65,270 @@ _lib.impl("fp8_mqa_logits", _functional_impl, "CompositeExplicitAutograd")
 _lib.impl("fp8_mqa_logits_out", _out_impl, "CompositeExplicitAutograd")
 
 
-def _check_fake_args(q, kv, named):
-    """What the fake kernel needs for a truthful output shape and device. A meta tensor among real
-    ones sends the call here instead of to the real op, so mixed devices are rejected here too,
-    with the real op's message; everything else the real op checks."""
-    if q.dim() != 3:
-        raise ValueError(f"fp8_mqa_logits: q must be 3-D [M, H, D], got shape {tuple(q.shape)}")
-    if kv.dim() != 2:
-        raise ValueError(f"fp8_mqa_logits: kv must be 2-D [N, D], got shape {tuple(kv.shape)}")
+# ---- autograd: the op is not differentiable -------------------------------------------------------
+# Without an Autograd kernel torch's fallback attaches a grad_fn whose backward only warns, so a gradient
+# goes missing silently. These kernels refuse at the call instead, and otherwise go on below autograd
+# (an output made there carries no grad_fn).
+#
+# Speed: a redispatch re-enters the dispatcher and runs a second Python kernel, which about doubles
+# the op's per-call overhead. When nothing sits between these kernels and the CPU/CUDA one (plain
+# tensors, no fake, functional or Python mode), that next kernel is the implementation, so it is
+# called directly; any other keyset is redispatched.
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_AFTER_AD_INPLACE_OR_VIEW = torch._C._after_ADInplaceOrView_keyset
+_PLAIN_BACKENDS = frozenset(torch._C.DispatchKeySet(key).raw_repr()
+                            for key in (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA))
+
+
+_NEXT_IS_BACKEND: dict[int, bool] = {}  # by keyset.raw_repr(); a process meets a handful of keysets
+
+
+def _next_is_backend(keyset) -> bool:
+    """Whether the kernel below ADInplaceOrView (a fallthrough for the functional op) is the CPU or
+    CUDA implementation itself."""
+    raw = keyset.raw_repr()
+    known = _NEXT_IS_BACKEND.get(raw)
+    if known is None:
+        known = _NEXT_IS_BACKEND[raw] = (keyset & _AFTER_AD_INPLACE_OR_VIEW).raw_repr() in _PLAIN_BACKENDS
+    return known
+
+
+def _raise_not_differentiable(tensors, names):
+    if torch.is_grad_enabled():
+        for name, t in zip(names, tensors):
+            if not t.requires_grad:
+                continue
+            if name == "out":
+                raise RuntimeError(
+                    f"fp8_mqa_logits: out is {'a leaf tensor' if t.is_leaf else 'a tensor'} that requires "
+                    "grad, but the op writes out in place and is not differentiable (torch's own out= "
+                    "functions refuse this too); pass an out that does not require grad, or call under "
+                    "torch.no_grad()")
+            raise RuntimeError(
+                f"fp8_mqa_logits: {name} requires grad, but the op is not differentiable (it has no "
+                f"backward); call it under torch.no_grad() or pass {name}.detach()")
+    for name, t in zip(names, tensors):
+        if forward_ad.unpack_dual(t).tangent is not None:
+            raise RuntimeError(
+                f"fp8_mqa_logits: {name} carries a forward-mode AD tangent, but the op is not "
+                f"differentiable; pass forward_ad.unpack_dual({name}).primal")
+
+
+def _functional_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
+    if (torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad or kv_scales.requires_grad
+                                     or weights.requires_grad)) or forward_ad._current_level >= 0:
+        _raise_not_differentiable((q, kv, kv_scales, weights, cu_starts, cu_ends), _INPUT_NAMES)
+    if _next_is_backend(keyset):
+        return _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split_n)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _FUNCTIONAL_OP.redispatch(keyset & _AFTER_AUTOGRAD, q, kv, kv_scales, weights, cu_starts, cu_ends,
+                                         clean_logits, split_n)
+
+
+def _out_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
+    if (torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad or kv_scales.requires_grad
+                                     or weights.requires_grad or out.requires_grad)) or forward_ad._current_level >= 0:
+        _raise_not_differentiable((q, kv, kv_scales, weights, cu_starts, cu_ends, out), _INPUT_NAMES + ("out",))
+    # The next kernel is ADInplaceOrView's (the dispatcher includes that key outside inference mode,
+    # where this kernel runs): called directly.
+    _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n)
+
+
+def _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
+    """torch's rules for an in-place write of out, as its own in-place ops apply them: refuse an
+    inference tensor outside inference mode (it has no version counter, so autograd could not see the
+    write; torch refuses it even under no_grad), and bump out's version counter."""
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            "fp8_mqa_logits: out is an inference tensor (made under torch.inference_mode()), which cannot "
+            "be written in place outside inference mode; pass out.clone() or call inside "
+            "torch.inference_mode()")
+    torch.autograd.graph.increment_version(out)
+    if _next_is_backend(keyset):
+        _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n)
+        return
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        _OUT_OP.redispatch(keyset & _AFTER_AD_INPLACE_OR_VIEW, q, kv, kv_scales, weights, cu_starts, cu_ends,
+                           clean_logits, out, split_n)
+
+
+_lib.impl("fp8_mqa_logits", _functional_autograd, "Autograd", with_keyset=True)
+_lib.impl("fp8_mqa_logits_out", _out_autograd, "Autograd", with_keyset=True)
+# torch's own ADInplaceOrView fallback bumps only mutated outputs, and this op returns nothing.
+_lib.impl("fp8_mqa_logits_out", _out_inplace_or_view, "ADInplaceOrView", with_keyset=True)
+
+
+# ---- fake kernels: the binding's checks on metadata ------------------------------------------------
+# The fake (meta) kernels refuse what csrc/fp8_mqa_logits_binding.cpp refuses, in the same order, with
+# the same exception types and messages, so that FakeTensorMode, torch.export and torch.compile fail at
+# trace time rather than at run time; keep the two in step (op_tests/test_validation.py runs every bad
+# input through both). Left to the real op, because only a GPU answers them: whether a compiled kernel
+# serves H and D there, the 16-byte alignment of q and kv, and the device kernels' 32-bit size limits.
+
+# c10's names, which the binding's messages print.
+_C10_DTYPE_NAMES = {
+    torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short", torch.int32: "Int", torch.int64: "Long",
+    torch.float16: "Half", torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16",
+    torch.bool: "Bool", torch.float8_e4m3fn: "Float8_e4m3fn", torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz", torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
+}
+_C10_LAYOUT_NAMES = {
+    torch.strided: "Strided", torch.sparse_coo: "Sparse", torch.sparse_csr: "SparseCsr",
+    torch.sparse_csc: "SparseCsc", torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc",
+    torch._mkldnn: "Mkldnn", torch.jagged: "Jagged",
+}
+_INT32_MAX = 2**31 - 1
+
+
+def _require(cond, error, message):
+    """Raise error("fp8_mqa_logits: " + message()) unless cond. A symbolic cond (dynamic shapes) becomes
+    a guard or a runtime assert, as in torch's own meta kernels."""
+    if cond is not True:
+        torch._check_with(error, cond, lambda: "fp8_mqa_logits: " + message())
+
+
+def _check_dtype(t, name, want, hint=""):
+    _require(t.dtype == want, TypeError,
+             lambda: f"{name} must have dtype {want}, got {_C10_DTYPE_NAMES.get(t.dtype, t.dtype)}{hint}")
+
+
+def _check_dim(t, name, dim, layout):
+    _require(t.dim() == dim, ValueError, lambda: f"{name} must be {dim}-D {layout}, got shape {list(t.shape)}")
+
+
+def _check_size(t, name, dim, want, what):
+    _require(t.shape[dim] == want, ValueError,
+             lambda: f"{name}.size({dim}) must be {what} = {want}, got shape {list(t.shape)}")
+
+
+def _check_row_major(t, name, cols_name):
+    rows, cols = t.shape
+    _require(cols <= 1 or t.stride(1) == 1, ValueError,
+             lambda: f"{name} must have a contiguous last dim (stride(1) == 1), got strides {list(t.stride())}")
+    _require(rows <= 1 or t.stride(0) >= cols, ValueError,
+             lambda: f"{name} row stride (stride(0) = {t.stride(0)}) must be >= {cols_name} = {cols}, got "
+                     f"strides {list(t.stride())}")
+
+
+def _byte_runs(t):
+    """The bytes of a validated tensor (contiguous, or 2-D with a dense last dim) as (first, rows, pitch,
+    run): `rows` runs of `run` bytes, `pitch` bytes apart, `first` counted from the start of its storage.
+    None when a size or stride is symbolic."""
+    item = t.element_size()
+    if t.dim() == 2 and not t.is_contiguous():
+        runs = (t.storage_offset() * item, t.shape[0], t.stride(0) * item, t.shape[1] * item)
+    else:
+        runs = (t.storage_offset() * item, 1, t.numel() * item, t.numel() * item)
+    return runs if all(isinstance(v, int) for v in runs) else None
+
+
+def _runs_meet(a, b):
+    """Whether two sets of byte runs (see _byte_runs) share a byte; the binding's runs_meet."""
+    if a[0] >= b[0] + (b[1] - 1) * b[2] + b[3] or b[0] >= a[0] + (a[1] - 1) * a[2] + a[3]:
+        return False
+    if a[1] > b[1]:
+        a, b = b, a
+    first, rows, pitch, run = b
+    for i in range(a[1]):
+        lo = a[0] + i * a[2]
+        # b's first run that ends after lo is the only one that can start before lo + a's run.
+        j = max(0, (lo - run - first) // pitch + 1)
+        if j < rows and first + j * pitch < lo + a[3]:
+            return True
+    return False
+
+
+def _check_no_overlap(out, t, name):
+    # The binding's rule (torch's): tensors of two storages never overlap; within one, bytes are
+    # compared, so a view of another dtype counts.
+    if out.untyped_storage()._cdata != t.untyped_storage()._cdata:
+        return
+    a, b = _byte_runs(out), _byte_runs(t)
+    if a is None or b is None:
+        return  # symbolic sizes or strides: left to the real op
+    if a[3] == 0 or b[3] == 0:
+        return  # empty
+    _require(not _runs_meet(a, b), ValueError,
+             lambda: f"out overlaps {name} in memory; the op writes out while it reads {name}, so pass an out "
+                     "that shares no memory with any input")
+
+
+def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n):
+    """The binding's argument checks, on metadata only (dtype, rank, sizes, devices, strides, overlap)."""
+    inputs = (q, kv, kv_scales, weights, cu_starts, cu_ends)
+    named = tuple(zip(_INPUT_NAMES, inputs)) + ((("out", out),) if out is not None else ())
     for name, t in named:
-        if t.device != q.device:
-            raise RuntimeError(f"fp8_mqa_logits: {name} is on {t.device} but q is on {q.device}")
+        _require(t.layout == torch.strided, ValueError,
+                 lambda: f"{name} must be a dense (strided) tensor, got layout "
+                         f"{_C10_LAYOUT_NAMES.get(t.layout, t.layout)}")
+    _require(split_n >= 0, ValueError, lambda: f"split_n must be >= 0 (0 = the kernel's own choice), got {split_n}")
+
+    for name, t in (("q", q), ("kv", kv)):
+        _check_dtype(t, name, torch.float8_e4m3fn,
+                     " (the bytes are decoded as e4m3fn, so another one-byte dtype is not accepted)"
+                     if t.element_size() == 1 else "")
+    _check_dtype(kv_scales, "kv_scales", torch.float32)
+    _check_dtype(weights, "weights", torch.float32)
+    for name, t in (("cu_starts", cu_starts), ("cu_ends", cu_ends)):
+        _check_dtype(t, name, torch.int32,
+                     " (int64 bounds are not accepted: pass .to(torch.int32))" if t.dtype == torch.int64 else "")
+    if out is not None:
+        _check_dtype(out, "out", torch.float32)
+
+    _check_dim(q, "q", 3, "[M, H, D]")
+    _check_dim(kv, "kv", 2, "[N, D]")
+    _check_dim(weights, "weights", 2, "[M, H]")
+    _check_dim(cu_starts, "cu_starts", 1, "[M]")
+    _check_dim(cu_ends, "cu_ends", 1, "[M]")
+    M, H, D = q.shape
+    N = kv.shape[0]
+    _require(H >= 1 and D >= 1, ValueError,
+             lambda: f"q must have H >= 1 heads and head dim D >= 1, got shape {list(q.shape)}")
+    _require(H <= _INT32_MAX and D <= _INT32_MAX, ValueError,
+             lambda: f"q's H and D must fit in int32, got shape {list(q.shape)}")
+    _check_size(kv, "kv", 1, D, "q's head dim D")
+    _require(kv_scales.dim() == 1 or (kv_scales.dim() == 2 and kv_scales.shape[1] == 1), ValueError,
+             lambda: f"kv_scales must be [N] or [N, 1], got shape {list(kv_scales.shape)}")
+    _check_size(kv_scales, "kv_scales", 0, N, "kv's N")
+    _check_size(weights, "weights", 0, M, "q's M")
+    _check_size(weights, "weights", 1, H, "q's H")
+    _check_size(cu_starts, "cu_starts", 0, M, "q's M")
+    _check_size(cu_ends, "cu_ends", 0, M, "q's M")
+    if out is not None:
+        _check_dim(out, "out", 2, "[M, N]")
+        _check_size(out, "out", 0, M, "q's M")
+        _check_size(out, "out", 1, N, "kv's N")
+
+    device = q.device
+    # Meta tensors are this kernel's own; the real op refuses them.
+    _require(device.type in ("cpu", "cuda", "meta"), NotImplementedError,
+             lambda: f"q is on {device}, which has no kernel here (cpu or cuda tensors only; the meta/fake "
+                     "kernel of torch.ops.aiter.fp8_mqa_logits handles meta tensors)")
+    for name, t in named[1:]:
+        _require(t.device == device, RuntimeError,
+                 lambda: f"{name} is on {t.device} but q is on {device}; all tensors must be on q's device")
+
+    for name, t in (("q", q), ("kv", kv), ("kv_scales", kv_scales), ("cu_starts", cu_starts),
+                    ("cu_ends", cu_ends)):
+        _require(t.is_contiguous(), ValueError,
+                 lambda: f"{name} must be contiguous, got shape {list(t.shape)} with strides {list(t.stride())} "
+                         "(call .contiguous())")
+    _check_row_major(weights, "weights", "H")
+    if out is not None:
+        _check_row_major(out, "out", "N")
+        for name, t in zip(_INPUT_NAMES, inputs):
+            _check_no_overlap(out, t, name)
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits", lib=_lib)
 def _functional_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
-    _check_fake_args(q, kv, (("kv", kv), ("kv_scales", kv_scales), ("weights", weights),
-                             ("cu_starts", cu_starts), ("cu_ends", cu_ends)))
+    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, None, split_n)
     return q.new_empty((q.shape[0], kv.shape[0]), dtype=torch.float32)
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits_out", lib=_lib)
 def _out_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
-    _check_fake_args(q, kv, (("kv", kv), ("kv_scales", kv_scales), ("weights", weights),
-                             ("cu_starts", cu_starts), ("cu_ends", cu_ends), ("out", out)))
+    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
     return None
 
 
@@ -89,23 +338,32 @@ def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None
 
     q [M, H, D] e4m3fn, kv [N, D] e4m3fn, kv_scales [N] (or [N, 1]) float32 > 0, weights [M, H]
     float32, cu_starts / cu_ends [M] int32 raw window bounds (clamped to [0, N]). With ``out`` (an
-    [M, N] float32 view, stride(1) == 1) the result is written there and ``out`` is returned.
+    [M, N] float32 view, stride(1) == 1, sharing no memory with an input) the result is written there
+    and ``out`` is returned. ``clean_logits`` is a bool. The op is not differentiable: an input (or
+    ``out``) that requires grad is an error unless grad mode is off.
     ``split_n``: gfx950 key-range split, None or 0 = chosen by the kernel's model.
     ``Q=`` and ``KV=`` are accepted for ``q`` and ``kv``: aiter's Triton op names them so, and call
     sites that pass them by keyword then swap by import too.
     """
-    q = _one_of(q, Q, "q", "Q")
-    kv = _one_of(kv, KV, "kv", "KV")
-    given = dict(q=q, kv=kv, kv_scales=kv_scales, weights=weights, cu_starts=cu_starts, cu_ends=cu_ends)
-    missing = [name for name, value in given.items() if value is None]
-    if missing:
+    if Q is not None or KV is not None:
+        q = _one_of(q, Q, "q", "Q")
+        kv = _one_of(kv, KV, "kv", "KV")
+    if q is None or kv is None or kv_scales is None or weights is None or cu_starts is None or cu_ends is None:
+        given = dict(q=q, kv=kv, kv_scales=kv_scales, weights=weights, cu_starts=cu_starts, cu_ends=cu_ends)
+        missing = [name for name, value in given.items() if value is None]
         raise TypeError(f"fp8_mqa_logits() missing required argument(s): {', '.join(missing)}")
+    _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits")
     split = 0 if split_n is None else int(split_n)
-    clean = bool(clean_logits)
     if out is None:
-        return torch.ops.aiter.fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean, split)
-    torch.ops.aiter.fp8_mqa_logits_out(q, kv, kv_scales, weights, cu_starts, cu_ends, clean, out, split)
+        return _FUNCTIONAL_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split)
+    _OUT_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split)
     return out
+
+
+def _check_bool(value, name, function):
+    # bool(x) would read None as False and "False" as True.
+    if not isinstance(value, bool):
+        raise TypeError(f"{function}: {name} must be a bool (True or False), got {type(value).__name__} {value!r}")
 
 
 def _one_of(value, alias, name, alias_name):
@@ -121,6 +379,7 @@ def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end
     """
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError("fp8_mqa_logits_deepgemm: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
+    _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits_deepgemm")
     kv_fp8, kv_scales = kv
     return fp8_mqa_logits(q, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits)
 

@@ -7,15 +7,20 @@
 // This file only validates the arguments against the contract (shared/design/operator.md), fills
 // aiter::Fp8MqaLogitsParams and hands them to the CPU path or to the GPU backend of q's device.
 // Every contract violation is a TORCH_CHECK naming the argument: TypeError for a dtype, ValueError
-// for a rank, shape, stride, size or alignment, NotImplementedError for a shape or device no compiled
-// kernel serves, RuntimeError for mixed devices and launch failures.
+// for a rank, shape, stride, size, alignment or an `out` that overlaps an input, NotImplementedError
+// for a shape or device no compiled kernel serves, RuntimeError for mixed devices and launch failures. The fake kernels in
+// aiter/ops/fp8_mqa_logits.py (_check_metadata) repeat these checks on metadata, in the same order and
+// words: change both together.
 #include <torch/extension.h>
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/fp8_mqa_logits_params.h"
@@ -102,6 +107,50 @@ void check_row_major(const at::Tensor& t, const char* name, const char* cols_nam
 }
 
 int64_t row_stride(const at::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+
+// The bytes of a validated tensor (contiguous, or 2-D with a dense last dim: weights, out): `rows`
+// runs of `run` bytes, `pitch` bytes apart, from `first`.
+struct ByteRuns {
+  int64_t first, rows, pitch, run;
+};
+
+ByteRuns byte_runs(const at::Tensor& t) {
+  const auto first = static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr()));
+  const int64_t item = t.element_size();
+  if (t.dim() == 2 && !t.is_contiguous()) return {first, t.size(0), t.stride(0) * item, t.size(1) * item};
+  return {first, 1, t.numel() * item, t.numel() * item};
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Whether two sets of runs share a byte: each run of the one with fewer runs against the other.
+bool runs_meet(ByteRuns a, ByteRuns b) {
+  const auto end = [](const ByteRuns& r) { return r.first + (r.rows - 1) * r.pitch + r.run; };
+  if (a.first >= end(b) || b.first >= end(a)) return false;
+  if (a.rows > b.rows) std::swap(a, b);
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const int64_t lo = a.first + i * a.pitch;
+    // b's first run that ends after lo is the only one that can start before lo + a.run.
+    const int64_t j = std::max<int64_t>(0, floor_div(lo - b.run - b.first, b.pitch) + 1);
+    if (j < b.rows && b.first + j * b.pitch < lo + a.run) return true;
+  }
+  return false;
+}
+
+// The kernels read every input while they write out, so a shared byte gives wrong logits and a
+// corrupted input. torch's rule (get_overlap_status, as its own out= ops use): tensors of two
+// storages never overlap; bytes are compared, so views of another dtype count. It answers TooHard
+// for a row-padded out or weights, whose runs are then compared exactly: a buffer that interleaves
+// out's rows with another input's is accepted.
+void check_no_overlap(const at::Tensor& out, const at::Tensor& t, const char* name) {
+  const at::MemOverlapStatus status = at::get_overlap_status(out, t);
+  const bool overlap =
+      status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial ||
+      (status == at::MemOverlapStatus::TooHard && out.storage().is_alias_of(t.storage()) &&
+       runs_meet(byte_runs(out), byte_runs(t)));
+  TORCH_CHECK_VALUE(!overlap, AITER_OP, "out overlaps ", name, " in memory; the op writes out while it reads ",
+                    name, ", so pass an out that shares no memory with any input");
+}
 
 #if defined(AITER_WITH_SM90) || defined(AITER_WITH_GFX950)
 void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, const at::Tensor& kv) {
@@ -233,7 +282,15 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   check_contiguous(cu_starts, "cu_starts");
   check_contiguous(cu_ends, "cu_ends");
   check_row_major(weights, "weights", "H");
-  if (has_out) check_row_major(*out, "out", "N");
+  if (has_out) {
+    check_row_major(*out, "out", "N");
+    check_no_overlap(*out, q, "q");
+    check_no_overlap(*out, kv, "kv");
+    check_no_overlap(*out, kv_scales, "kv_scales");
+    check_no_overlap(*out, weights, "weights");
+    check_no_overlap(*out, cu_starts, "cu_starts");
+    check_no_overlap(*out, cu_ends, "cu_ends");
+  }
 
   const c10::DeviceGuard guard(device);
   at::Tensor result = has_out ? *out : at::empty({M, N}, q.options().dtype(at::kFloat));
