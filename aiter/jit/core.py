@@ -101,8 +101,9 @@ KNOWN_TARGETS = ("cpu", "sm90", "gfx950")
 
 
 def detect_targets() -> tuple:
-    """cpu always; sm90 for a CUDA torch with a visible compute-capability-9.0 GPU; gfx950 for a
-    ROCm torch with a visible gfx950 GPU. ``AITER_JIT_TARGETS=cpu,sm90`` overrides (AOT images)."""
+    """cpu always, plus the backend of each visible GPU (sm90 for compute capability 9.0 under a
+    CUDA torch, gfx950 for a gfx950 GPU under a ROCm torch: aiter/backends.py).
+    ``AITER_JIT_TARGETS=cpu,sm90`` overrides (AOT images)."""
     forced = os.environ.get("AITER_JIT_TARGETS", "").strip()
     if forced:
         wanted = [t.strip() for t in forced.split(",") if t.strip()]
@@ -111,20 +112,14 @@ def detect_targets() -> tuple:
             raise ValueError(f"AITER_JIT_TARGETS: unknown target(s) {unknown}; known: {KNOWN_TARGETS}")
         return tuple(["cpu"] + [t for t in KNOWN_TARGETS[1:] if t in wanted])
     targets = ["cpu"]
-    if not torch.cuda.is_available():
-        return tuple(targets)
-    count = torch.cuda.device_count()
-    if torch.version.hip:
-        if any(_gcn_arch(i).startswith("gfx950") for i in range(count)):
-            targets.append("gfx950")
-    elif torch.version.cuda:
-        if any(torch.cuda.get_device_capability(i) == (9, 0) for i in range(count)):
-            targets.append("sm90")
-    return tuple(targets)
+    if torch.cuda.is_available():
+        from aiter import backends  # what each backend runs on: its own capabilities.h
 
-
-def _gcn_arch(index: int) -> str:
-    return getattr(torch.cuda.get_device_properties(index), "gcnArchName", "") or ""
+        for index in range(torch.cuda.device_count()):
+            backend = backends.gpu_backend_for(torch, index)
+            if backend is not None and backend.name not in targets:
+                targets.append(backend.name)
+    return tuple(t for t in KNOWN_TARGETS if t in targets)
 
 
 def host_compiler() -> str:

@@ -21,10 +21,9 @@ import functools
 import torch
 from torch.autograd import forward_ad
 
-__all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
+from aiter import backends
 
-GPU_HEADS = (32, 64)
-GPU_HEAD_DIM = 128
+__all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
 
 # FRAGMENT: other packages may define ops in the "aiter" namespace too. Plain Library + impl rather
 # than torch.library.custom_op: its per-call Python overhead measured ~9 us against ~2.6 us here (the
@@ -391,37 +390,29 @@ def _default_device() -> torch.device:
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_has_kernel(index: int) -> bool:
-    if torch.version.hip:
-        arch = getattr(torch.cuda.get_device_properties(index), "gcnArchName", "") or ""
-        return arch.startswith("gfx950")
-    if torch.version.cuda:
-        return torch.cuda.get_device_capability(index) == (9, 0)
-    return False
+def _gpu_backend(index: int):
+    return backends.gpu_backend_for(torch, index)
 
 
 def is_supported(num_heads, head_dim, device=None) -> bool:
     """True when a native kernel of this package serves (num_heads, head_dim) on ``device``.
 
-    CPU: any H, D >= 1. CUDA: compute capability 9.0 (sm_90a) with H in {32, 64} and D == 128.
-    ROCm: gfx950 with the same H and D. ``device=None`` means the current GPU when one is visible,
-    else the CPU. Cheap: it reads device properties only; it never builds or launches anything.
+    What each backend serves is its own statement (csrc/<backend>/capabilities.h, read through
+    aiter/backends.py): the CPU path any H, D >= 1; sm_90a (compute capability 9.0) and gfx950 the
+    heads and head dims they list. ``device=None`` means the current GPU when one is visible, else the
+    CPU. Cheap: it reads device properties only; it never builds or launches anything.
     """
     try:
         H, D = int(num_heads), int(head_dim)
     except (TypeError, ValueError):
-        return False
-    if H < 1 or D < 1:
         return False
     try:
         dev = _default_device() if device is None else torch.device(device)
     except (TypeError, RuntimeError, ValueError):
         return False
     if dev.type == "cpu":
-        return True
-    if dev.type != "cuda" or H not in GPU_HEADS or D != GPU_HEAD_DIM:
+        return backends.backends()["cpu"].serves(H, D)
+    if dev.type != "cuda" or not torch.cuda.is_available():
         return False
-    if not torch.cuda.is_available():
-        return False
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return _gpu_has_kernel(index)
+    backend = _gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+    return backend is not None and backend.serves(H, D)
