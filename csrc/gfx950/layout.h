@@ -134,9 +134,7 @@ struct LdsLayout {
   static constexpr int nonempty_mask =
       align16(ring_bytes > row_windows_bytes ? ring_bytes : row_windows_bytes);
   static constexpr int chunk_nonempty_prefix = nonempty_mask + chunks * 8;
-  static constexpr int block_lo = align16(chunk_nonempty_prefix + (chunks + 1) * 4);
-  static constexpr int block_hi = block_lo + kGeometry.plan_blocks * 4;
-  static constexpr int block_units_prefix = block_hi + kGeometry.plan_blocks * 4;
+  static constexpr int block_units_prefix = align16(chunk_nonempty_prefix + (chunks + 1) * 4);
   static constexpr int segment_rows = align16(block_units_prefix + (kGeometry.plan_blocks + 1) * 4);
   static constexpr int bytes = segment_rows + kGeometry.block_rows * 16;
   static_assert(bytes <= 160 * 1024, "gfx950 LDS is 160 KiB per CU");

@@ -318,8 +318,6 @@ __device__ void build_balanced_plan(const Workgroup<H, SMALL>& wg, int blocks) {
   const int nonempty_rows = uniform(chunk_nonempty_prefix[chunks]);
   const PlanTables plan = plan_tables(wg);
   const scheduler::CostModel model = cost_model(V::geometry(), N, args.clean != 0);
-  int* block_lo = wg.template at<int>(Lds::block_lo);
-  int* block_hi = wg.template at<int>(Lds::block_hi);
   int* block_units_prefix = wg.template at<int>(Lds::block_units_prefix);
   for (int b = wg.tid; b < blocks; b += kThreads) {
     const int first = b * V::kGeometry.block_rows;
@@ -328,8 +326,6 @@ __device__ void build_balanced_plan(const Workgroup<H, SMALL>& wg, int blocks) {
       const int2 window = row_windows[row];
       return scheduler::KeyRange{window.x, window.y};
     }).range();
-    block_lo[b] = int(keys.begin);
-    block_hi[b] = int(keys.end);
     block_units_prefix[b] = int(scheduler::price_block(model, keys).total());
   }
   sync_threads();
