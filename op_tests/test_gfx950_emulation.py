@@ -1,8 +1,9 @@
 """The gfx950 kernel's algorithm, emulated on the CPU, against the float64 reference.
 
-op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own index math
-(csrc/gfx950/layout.h): launch plan, device-side balanced plan (row
-compaction, block unions, unit prefix sums), segments, LDS-DMA ring with the swizzle and the
+op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own host + device
+code (csrc/gfx950/launch_plan.h, plan.h, layout.h and the shared csrc/common/work_scheduler.h):
+launch plan, device-side balanced plan (row compaction, block unions, unit prefix sums), shares,
+segments, LDS-DMA ring with the swizzle and the
 per-wave kv_scale areas, ds_read B fragments, MFMA on 64-lane fragments in the CDNA4 A/B/C layouts,
 even/odd epilogue chains, the software pipeline with deferred epilogue and tails, the permlane32
 row-pair reduction, clean/masked stage runs, per-row buffer stores with range checks, -inf fill.
@@ -122,7 +123,7 @@ def test_h64_balanced(M, N, mode, clean):
 @pytest.mark.parametrize("mode", ["causal", "misaligned", "empty", "random"])
 @pytest.mark.parametrize("H", [32, 64])
 def test_fixed_grid(H, mode, fixed_grid_splits):
-    """The caller's fixed_grid_splits: grid (blocks, fixed_grid_splits), rows reversed, no device plan."""
+    """The caller's fixed_grid_splits: grid (blocks, fixed_grid_splits), blocks reversed, no device plan."""
     plan = run_case(150, 200, H, mode, True, fixed_grid_splits=fixed_grid_splits)
     assert plan["balanced"] == 0 and plan["grid_y"] == fixed_grid_splits
     run_case(70, 150, H, mode, False, fixed_grid_splits=fixed_grid_splits)
