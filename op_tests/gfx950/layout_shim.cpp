@@ -14,14 +14,14 @@ extern "C" {
 
 // Geometry fields in declaration order (see struct Geometry).
 int gfx950_geometry(int heads, int small, int* out) {
-  const Geometry g = geometry_of(heads, small != 0);
-  const int v[] = {g.heads, g.head_tiles, g.rows_per_wave, g.pairs_per_wave, g.row_groups,
-                   g.key_groups, g.block_rows, g.stage_keys, g.stage_bytes, g.dmas_per_wave,
-                   g.wave_part_bytes, g.slot_bytes, g.slots, g.loads_per_stage,
-                   g.stores_per_stage, g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks};
+  const Geometry geometry = geometry_of(heads, small != 0);
+  const int v[] = {geometry.heads, geometry.head_tiles, geometry.rows_per_wave, geometry.pairs_per_wave, geometry.row_groups,
+                   geometry.key_groups, geometry.block_rows, geometry.stage_keys, geometry.stage_bytes, geometry.dmas_per_wave,
+                   geometry.wave_part_bytes, geometry.slot_bytes, geometry.slots, geometry.loads_per_stage,
+                   geometry.stores_per_stage, geometry.vmcnt_wait, geometry.fill_cols, geometry.plan_rows, geometry.plan_blocks};
   const int n = int(sizeof v / sizeof v[0]);
   for (int i = 0; i < n; ++i) out[i] = v[i];
-  return geometry_ok(g) ? n : -n;
+  return geometry_ok(geometry) ? n : -n;
 }
 
 int gfx950_lds_chunk(int key, int c) { return lds_chunk(key, c); }
@@ -46,23 +46,23 @@ int gfx950_scale_read_offset(int heads, int small, int wave, int j, int lane) {
 // LDS DMA of (wave, d, lane): {LDS byte within slot, global byte within stage, kind}; kind 0 = K,
 // 1 = kv_scale (d == dmas_per_wave), whose global byte is 4 * (stage key).
 void gfx950_dma(int heads, int small, int wave, int d, int lane, int* out) {
-  const Geometry g = geometry_of(heads, small != 0);
-  if (d < g.dmas_per_wave) {
-    out[0] = dma_m0(g, wave) + dma_inst_offset(d) + kChunkBytes * lane;
-    out[1] = int(dma_voffset(g, wave, d, lane)) + dma_inst_offset(d);
+  const Geometry geometry = geometry_of(heads, small != 0);
+  if (d < geometry.dmas_per_wave) {
+    out[0] = dma_m0(geometry, wave) + dma_inst_offset(d) + kChunkBytes * lane;
+    out[1] = int(dma_voffset(geometry, wave, d, lane)) + dma_inst_offset(d);
     out[2] = 0;
   } else {
-    out[0] = dma_m0(g, wave) + scale_inst_offset(g) + 4 * lane;
-    out[1] = 4 * (scale_first_key(g, wave) + lane);
+    out[0] = dma_m0(geometry, wave) + scale_inst_offset(geometry) + 4 * lane;
+    out[1] = 4 * (scale_first_key(geometry, wave) + lane);
     out[2] = 1;
   }
 }
 unsigned gfx950_store_offset(int sub, int lane, int half) { return store_offset(sub, lane, half); }
 int gfx950_tail(int heads, int small, int i, int* out) {
-  const Geometry g = geometry_of(heads, small != 0);
-  out[0] = tail_subtile(g, i);
-  out[1] = tail_pair(g, i);
-  return kSubTiles * g.pairs_per_wave;
+  const Geometry geometry = geometry_of(heads, small != 0);
+  out[0] = tail_subtile(geometry, i);
+  out[1] = tail_pair(geometry, i);
+  return kSubTiles * geometry.pairs_per_wave;
 }
 
 void gfx950_plan_launch(long long M, long long N, int heads, int fixed_grid_splits, int num_cus,
