@@ -1,8 +1,9 @@
 """The gfx950 kernel's algorithm, emulated on the CPU, against the float64 reference.
 
-op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own index math
-(csrc/gfx950/layout.h): launch plan, device-side balanced plan (row
-compaction, block unions, unit prefix sums), segments, LDS-DMA ring with the swizzle and the
+op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own host + device
+code (csrc/gfx950/launch_plan.h, plan.h, layout.h and the shared csrc/common/work_scheduler.h):
+launch plan, device-side balanced plan (row compaction, block unions, unit prefix sums), shares,
+segments, LDS-DMA ring with the swizzle and the
 per-wave kv_scale areas, ds_read B fragments, MFMA on 64-lane fragments in the CDNA4 A/B/C layouts,
 even/odd epilogue chains, the software pipeline with deferred epilogue and tails, the permlane32
 row-pair reduction, clean/masked stage runs, per-row buffer stores with range checks, -inf fill.
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host
 PAD = 5  # out row stride = N + PAD: the padding must stay untouched
 
 
-def emulate(q, kv, scales, w, ks, ke, clean, split_n=0, num_cus=256, kmap=0):
+def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, kmap=0):
     lib = hostlib.load()
     M, H, _ = q.shape
     N = kv.shape[0]
@@ -42,11 +43,11 @@ def emulate(q, kv, scales, w, ks, ke, clean, split_n=0, num_cus=256, kmap=0):
     rc = lib.gfx950_emulate(
         P(q.view(torch.uint8), ctypes.c_uint8), P(kv.view(torch.uint8), ctypes.c_uint8),
         P(scales, ctypes.c_float), P(w, ctypes.c_float), P(ks, ctypes.c_int32), P(ke, ctypes.c_int32),
-        P(out, ctypes.c_float), M, N, H, w.stride(0), out.stride(0), int(clean), split_n, num_cus,
+        P(out, ctypes.c_float), M, N, H, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
         kmap, plan,
     )
     assert rc >= 0, "emulator rejected its arguments"
-    keys = ("small", "balanced", "grid_x", "grid_y", "split_n")
+    keys = ("small", "balanced", "grid_x", "grid_y", "fixed_grid_splits")
     return out, dict(zip(keys, plan[:5]))
 
 
@@ -73,15 +74,15 @@ def check(out, ref, ks, ke, N, clean, tag):
     return rel_l2
 
 
-def run_case(M, N, H, mode, clean, split_n=0, num_cus=256, kmap=0, seed=0):
+def run_case(M, N, H, mode, clean, fixed_grid_splits=0, num_cus=256, kmap=0, seed=0):
     if not mode_applies(mode, M, N):
         pytest.skip(f"{mode} windows need N % M == 0 and M even (M={M}, N={N})")
     q, kv, scales, w = make_inputs(M, N, H, 128, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     ks, ke = make_windows(mode, M, N, generator=gen)
-    out, plan = emulate(q, kv, scales, w, ks, ke, clean, split_n, num_cus, kmap)
+    out, plan = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits, num_cus, kmap)
     ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=clean)
-    tag = f"M={M} N={N} H={H} {mode} clean={clean} split_n={split_n} cus={num_cus} plan={plan}"
+    tag = f"M={M} N={N} H={H} {mode} clean={clean} fixed_grid_splits={fixed_grid_splits} cus={num_cus} plan={plan}"
     err = check(out, ref, ks, ke, N, clean, tag)
     print(f"{tag}: rel L2 {err:.2e}")
     return plan
@@ -118,14 +119,14 @@ def test_h64_balanced(M, N, mode, clean):
     assert plan["balanced"] == 1
 
 
-@pytest.mark.parametrize("split_n", [1, 3])
+@pytest.mark.parametrize("fixed_grid_splits", [1, 3])
 @pytest.mark.parametrize("mode", ["causal", "misaligned", "empty", "random"])
 @pytest.mark.parametrize("H", [32, 64])
-def test_fixed_grid(H, mode, split_n):
-    """The caller's split_n: grid (blocks, split_n), rows reversed, no device plan."""
-    plan = run_case(150, 200, H, mode, True, split_n=split_n)
-    assert plan["balanced"] == 0 and plan["grid_y"] == split_n
-    run_case(70, 150, H, mode, False, split_n=split_n)
+def test_fixed_grid(H, mode, fixed_grid_splits):
+    """The caller's fixed_grid_splits: grid (blocks, fixed_grid_splits), blocks reversed, no device plan."""
+    plan = run_case(150, 200, H, mode, True, fixed_grid_splits=fixed_grid_splits)
+    assert plan["balanced"] == 0 and plan["grid_y"] == fixed_grid_splits
+    run_case(70, 150, H, mode, False, fixed_grid_splits=fixed_grid_splits)
 
 
 @pytest.mark.parametrize("num_cus", [1, 3, 7])
@@ -149,7 +150,7 @@ def test_odd_sizes(M, N):
 
 
 def natural_block_units(ks, ke, M, N, H, clean):
-    """Units of the same rows in natural 32/16-row blocks (no compaction), by the header's block_work."""
+    """Units of the same rows in natural 32/16-row blocks (no compaction), by the kernel's block_facts."""
     lib = hostlib.load()
     g = hostlib.geometry(H, M <= 128)
     s, e = ks.clamp(0, N), ke.clamp(0, N)
@@ -158,7 +159,7 @@ def natural_block_units(ks, ke, M, N, H, clean):
         live = s[b0:b0 + g["block_rows"]] < e[b0:b0 + g["block_rows"]]
         lo = int(s[b0:b0 + g["block_rows"]][live].min()) if live.any() else N
         hi = int(e[b0:b0 + g["block_rows"]][live].max()) if live.any() else 0
-        lib.gfx950_block_work(H, int(M <= 128), lo, hi, N, int(clean), buf)
+        lib.gfx950_block_facts(H, int(M <= 128), lo, hi, N, int(clean), buf)
         total += buf[6]
     return total
 

@@ -1,5 +1,5 @@
-"""Layout math of the gfx950 kernel, from the header the kernel compiles
-(csrc/gfx950/layout.h, through op_tests/gfx950/layout_shim.cpp):
+"""Layout math of the gfx950 kernel, from the headers the kernel compiles
+(csrc/gfx950/geometry.h and layout.h, through op_tests/gfx950/layout_shim.cpp):
 the LDS swizzle and slot layout, the LDS-DMA coverage, bank conflicts of every ds_read the stage
 body issues, the MFMA fragment layouts, the store offsets, and the hand-placed vmcnt wait."""
 

@@ -1,8 +1,9 @@
 """Grid choice of the gfx950 kernel over operator.md's benchmark shapes (256 CUs, MI355X).
 
 Default: the balanced plan (one workgroup per CU, the device splits the real units evenly, rows
-with empty windows compacted away). Caller's split_n or M beyond the plan: the fixed grid
-(blocks, split_n) with split_n from the makespan model (list scheduling of a single causal request).
+with empty windows compacted away). Caller's fixed_grid_splits (the API's split_n) or M beyond the
+plan: the fixed grid (blocks, splits) with the splits from the makespan model (list scheduling of a
+single causal request).
 Costs are in stage units (one 64-key x 1024-column stage, or one 64 KiB -inf fill unit) plus
 kSegmentOverheadStages per workgroup segment; these are models, not measurements.
 """
@@ -113,7 +114,7 @@ def test_fixed_grid_split_is_sane(M, N, H, clean):
     and it fills the CUs when the work allows."""
     lib = hostlib.load()
     small = M <= 128
-    split = lib.gfx950_choose_split_n(H, int(small), M, N, CUS, int(clean))
+    split = lib.gfx950_choose_fixed_grid_splits(H, int(small), M, N, CUS, int(clean))
     assert 1 <= split <= 64
     ks, ke = make_windows("causal", M, N)
     windows = block_windows(ks, ke, M, N, H)
@@ -136,7 +137,7 @@ def test_multi_request_chunks_need_the_device_plan(M, N):
     lib = hostlib.load()
     H, clean = 32, True
     ks, ke = make_windows("multi_req", M, N)
-    split = lib.gfx950_choose_split_n(H, 0, M, N, CUS, 1)
+    split = lib.gfx950_choose_fixed_grid_splits(H, 0, M, N, CUS, 1)
     fixed = list_schedule(fixed_grid_costs(block_windows(ks, ke, M, N, H), M, N, H, clean, split))
     total, units, segs = balanced(ks, ke, M, N, H, clean)
     makespan = max(u + OVERHEAD * s for u, s in zip(units, segs))
@@ -146,6 +147,6 @@ def test_multi_request_chunks_need_the_device_plan(M, N):
 
 def test_large_m_falls_back_to_the_fixed_grid():
     plan = hostlib.plan_launch(20000, 4096, 32, 0, CUS, True)
-    assert plan["balanced"] == 0 and plan["grid_y"] == plan["split_n"] >= 1
-    plan = hostlib.plan_launch(4096, 4096, 64, 5, CUS, False)  # caller's split_n
-    assert plan["balanced"] == 0 and plan["grid_y"] == 5 and plan["reverse_rows"] == 1
+    assert plan["balanced"] == 0 and plan["grid_y"] == plan["fixed_grid_splits"] >= 1
+    plan = hostlib.plan_launch(4096, 4096, 64, 5, CUS, False)  # caller's fixed_grid_splits
+    assert plan["balanced"] == 0 and plan["grid_y"] == 5 and plan["reverse_blocks"] == 1

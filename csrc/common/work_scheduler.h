@@ -63,6 +63,27 @@ struct BlockUnion {
   AITER_SCHED_FN KeyRange range() const { return empty() ? KeyRange{0, 0} : KeyRange{lo, hi}; }
 };
 
+// BlockUnion accumulated in a narrower signed integer type Int, for a backend whose per-row loops
+// stay in 32-bit registers (a 64-bit min/max costs a GPU 2-3 instructions). Start it with
+// empty_within(num_keys): its empty lo is num_keys rather than the largest Int, so every bound is a
+// key (no constant of its own for the GPU to keep in a register). For windows inside
+// [0, num_keys] (row_window's), add() and range() agree with BlockUnion's.
+template <class Int>
+struct BlockUnionIn {
+  Int lo;
+  Int hi;
+  AITER_SCHED_FN static BlockUnionIn empty_within(int64_t num_keys) {
+    return BlockUnionIn{Int(num_keys), Int(0)};
+  }
+  AITER_SCHED_FN void add(KeyRange window) {
+    if (window.empty()) return;
+    lo = Int(window.begin) < lo ? Int(window.begin) : lo;
+    hi = Int(window.end) > hi ? Int(window.end) : hi;
+  }
+  AITER_SCHED_FN bool empty() const { return hi <= lo; }
+  AITER_SCHED_FN KeyRange range() const { return empty() ? KeyRange{0, 0} : KeyRange{lo, hi}; }
+};
+
 // How a backend prices a block.
 struct CostModel {
   int64_t num_keys;         // N

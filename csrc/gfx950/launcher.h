@@ -1,5 +1,10 @@
-// Entry points of the gfx950 (MI355X) backend. Torch-free: the ATen binding validates the arguments,
-// fills Fp8MqaLogitsParams and calls these on the current stream.
+// Entry points of the gfx950 (MI355X) backend, defined at the end of fp8_mqa_logits_gfx950.hip.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
+//
+// Layouts: those of Fp8MqaLogitsParams (common/fp8_mqa_logits_params.h).
+// Why a header of its own: the ATen binding includes only this; it is torch-free and HIP-free, so
+// the binding validates the arguments, fills the params and calls these on the current stream.
 #pragma once
 #include "common/fp8_mqa_logits_params.h"
 
@@ -7,9 +12,11 @@ namespace aiter {
 
 // H in {32, 64}, D == 128.
 bool fp8_mqa_logits_gfx950_supports(int heads, int head_dim);
-// `stream` is a hipStream_t; split_n <= 0 picks the balanced plan or the makespan model's split.
-// Returns nullptr on success, else a static message.
-const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int split_n, int num_cus,
-                                         void* stream);
+// `stream` is a hipStream_t. fixed_grid_splits (the API's split_n): <= 0 lets the kernel choose
+// (the balanced plan, or above kPlanMaxRows rows the fixed grid with the makespan model's splits);
+// > 0 forces the fixed grid (blocks, fixed_grid_splits), each block's units cut into that many
+// contiguous shares. Returns nullptr on success, else a static message.
+const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits,
+                                         int num_cus, void* stream);
 
 }  // namespace aiter

@@ -1,5 +1,10 @@
-// Tunables of the gfx950 (MI355X) kernel, each with the reason for its default. Only this backend
-// includes it; nothing else in the gfx950 folder defines a tile size.
+// Tunables of the gfx950 (MI355X) kernel, each with the reason for its default.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
+//
+// Layouts: none directly; geometry.h derives every size of the kernel from these.
+// Why one file: only this backend includes it, and nothing else in the gfx950 folder defines a
+// tile size, a depth or a cost.
 #pragma once
 
 namespace aiter {
@@ -29,18 +34,19 @@ constexpr int kMainRowGroups = 8;
 // workgroup loads per key it processes. Two key groups keep the stage at 2 DMAs per wave.
 constexpr int kSmallRowGroups = 4;
 constexpr int kSmallMaxRows = 128;
-// Rows the device-side balanced plan handles: its per-row (s, e) scratch (8 B a row) aliases the
+// Rows the device-side balanced plan handles: its per-row window table (8 B a row) aliases the
 // K ring in LDS, 128 KiB at 16384 rows (the largest benchmark M). Above it the kernel falls back to
-// the fixed (block, SplitN) grid from the makespan model.
+// the fixed grid (blocks, fixed_grid_splits) with the splits from the makespan model.
 constexpr int kPlanMaxRows = 16384;
 // -inf fill work unit: 16384 elements (64 KiB of stores), costed like one compute stage (a 32-row
 // x 64-key stage takes ~2 us on MI355X by the design document's figures; 64 KiB per CU at a fair
 // share of ~6 TB/s write bandwidth takes about as long).
 constexpr int kFillUnitElems = 16384;
 // Fixed cost of a compute segment (Q/w loads of 128 KiB, pipeline fill and drain), in compute
-// stages: about two stage times by the latencies involved. The balanced plan gives every block
-// with compute stages this many virtual units, so an even split of units is an even split of
-// modelled time; the fixed-grid makespan model charges it per computing workgroup.
+// stages: about two stage times by the latencies involved. It is the CostModel's start_overhead
+// (cost_model.h): every block with compute stages gets this many virtual units, so an even split
+// of units is an even split of modelled time; the fixed-grid makespan model charges it per
+// computing workgroup.
 constexpr int kSegmentOverheadStages = 2;
 }  // namespace gfx950
 

@@ -1,29 +1,39 @@
-// Host emulation of the gfx950 fp8_mqa_logits kernel (csrc/kernels/fp8_mqa_logits_gfx950.hip),
-// built by op_tests/test_gfx950_*.py with g++ and called through ctypes.
+// Host emulation of the gfx950 fp8_mqa_logits kernel (csrc/gfx950/), built by
+// op_tests/test_gfx950_*.py with g++ and called through ctypes.
 //
-// It runs the kernel's algorithm with the kernel's own index math (fp8_mqa_logits_gfx950_layout.h):
-// the launch plan, the device-side balanced plan (row compaction, block unions, unit prefix), every
-// workgroup's segments, the LDS ring filled by emulated LDS DMAs (swizzled K, per-wave kv_scale
-// areas, buffer range checks), ds_read_b128 B fragments, MFMA 32x32x64 on 64-lane fragments in the
-// CDNA4 A/B/C register layouts, the even/odd epilogue chains, the software pipeline with its
-// deferred epilogue and tails, the permlane32 row-pair reduction, the clean/masked stage runs,
-// per-row buffer stores with out-of-range dropping, and the -inf fill units.
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
+//
+// It runs the kernel's algorithm with the kernel's own code wherever that code is not a device
+// primitive: the launch plan (launch_plan.h), the balanced plan's lookups, block unions, row table,
+// block facts, clean-stage run, shares and segment walk (plan.h, all host + device), the prices of
+// the shared work scheduler (common/work_scheduler.h via cost_model.h) and every index of layout.h.
+// What it models itself is what only a GPU has: the 64-lane ballots and scans that fill the plan
+// tables, the LDS ring filled by LDS DMAs (swizzled K, per-wave kv_scale areas, buffer range
+// checks), ds_read_b128 B fragments, MFMA 32x32x64 on 64-lane fragments in the CDNA4 A/B/C register
+// layouts, the even/odd epilogue chains, the software pipeline with its deferred epilogue and
+// tails, the permlane32 row-pair reduction, per-row buffer stores with out-of-range dropping, and
+// the -inf fill stores.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "gfx950/layout.h"
 #include "common/fp8_mqa_logits_params.h"
+#include "common/work_scheduler.h"
+#include "gfx950/cost_model.h"
+#include "gfx950/geometry.h"
+#include "gfx950/launch_plan.h"
+#include "gfx950/layout.h"
+#include "gfx950/plan.h"
 
 using namespace aiter::gfx950;
 using aiter::Fp8MqaLogitsParams;
+namespace scheduler = aiter::scheduler;
 
 namespace {
-
-constexpr int L = kLanes;
 
 float fp8_to_float(uint8_t b) {
   const int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
@@ -55,289 +65,229 @@ struct Rsrc {
   uint32_t num_records;
 };
 
-struct Segment {
-  int b, u_begin, u_end;
-};
-
 struct Emulator {
-  Fp8MqaLogitsParams a;  // the launcher's argument block
-  Geometry g;
-  LaunchPlan lp;
+  Fp8MqaLogitsParams args;  // the launcher's argument block
+  Geometry geometry;
+  LaunchPlan launch;
   int kmap;
   int blocks;
-  // Balanced plan, as the kernel keeps it in LDS.
-  std::vector<uint64_t> mask;
-  std::vector<int> cpre, blo, bhi, bpre;
-  std::vector<int> se_s, se_e;
-  // One workgroup's LDS ring and block row table.
+  // Balanced plan tables, as the kernel keeps them in LDS (LdsLayout).
+  std::vector<uint64_t> nonempty_mask;
+  std::vector<int> chunk_nonempty_prefix, block_units_prefix;
+  std::vector<scheduler::KeyRange> row_windows;
+  // One workgroup's LDS ring and the block row table of its current segment.
   std::vector<uint8_t> ring;
-  struct RowInfo {
-    int row, s, e;
-  };
-  std::vector<RowInfo> rows;
+  std::vector<SegmentRow> segment_rows;
 
-  Emulator(const Fp8MqaLogitsParams& args, int split_n, int num_cus, int kmap_variant) : a(args), kmap(kmap_variant) {
-    lp = plan_launch(a.M, a.N, a.H, split_n, num_cus, a.clean_logits);
-    g = geometry(a.H, lp.small);
-    blocks = int((a.M + g.block_rows - 1) / g.block_rows);
-    ring.assign(size_t(g.slots) * g.slot_bytes, 0);
-    rows.resize(g.block_rows);
+  Emulator(const Fp8MqaLogitsParams& params, int fixed_grid_splits, int num_cus, int kmap_variant)
+      : args(params), kmap(kmap_variant) {
+    launch = plan_launch(args.M, args.N, args.H, fixed_grid_splits, num_cus, args.clean_logits);
+    geometry = geometry_of(args.H, launch.small);
+    blocks = int((args.M + geometry.block_rows - 1) / geometry.block_rows);
+    ring.assign(size_t(geometry.slots) * geometry.slot_bytes, 0);
+    segment_rows.resize(geometry.block_rows);
+  }
+
+  PlanTables plan() const {
+    return PlanTables{nonempty_mask.data(), chunk_nonempty_prefix.data(), int(args.M)};
   }
 
   // ----------------------------------------------------------------------------------------------
-  // Balanced plan (kernel: build_plan, chunk_of, empty_chunk_of, plan_row).
+  // Balanced plan (kernel: build_balanced_plan). The ballots and wave scans are modelled here; the
+  // unions and prices are plan.h's and the scheduler's.
   // ----------------------------------------------------------------------------------------------
   void build_plan() {
-    const int nch = (a.M + L - 1) / L;
-    mask.assign(nch, 0);
-    cpre.assign(nch + 1, 0);
-    se_s.assign(a.M, 0);
-    se_e.assign(a.M, 0);
-    for (int c = 0; c < nch; ++c) {
-      uint64_t m = 0;
-      for (int lane = 0; lane < L; ++lane) {
-        const int row = c * L + lane;
-        if (row >= a.M) continue;
-        const int s = clamp_key(a.ks[row], a.N), e = clamp_key(a.ke[row], a.N);
-        se_s[row] = s;
-        se_e[row] = e;
-        if (s < e) m |= 1ull << lane;
+    const int M = int(args.M), N = int(args.N);
+    const int chunks = plan_chunks(M);
+    nonempty_mask.assign(chunks, 0);
+    chunk_nonempty_prefix.assign(chunks + 1, 0);
+    row_windows.assign(M, scheduler::KeyRange{0, 0});
+    for (int c = 0; c < chunks; ++c) {
+      uint64_t ballot = 0;
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const int row = c * kLanes + lane;
+        if (row >= M) continue;
+        row_windows[row] = scheduler::row_window(args.ks[row], args.ke[row], N);
+        if (!row_windows[row].empty()) ballot |= 1ull << lane;
       }
-      mask[c] = m;
-      cpre[c] = __builtin_popcountll(m);
+      nonempty_mask[c] = ballot;
+      chunk_nonempty_prefix[c] = __builtin_popcountll(ballot);
     }
-    exclusive_scan(cpre, nch);
-    const int n_nonempty = cpre[nch];
-    blo.assign(blocks, 0);
-    bhi.assign(blocks, 0);
-    bpre.assign(blocks + 1, 0);
+    exclusive_scan(chunk_nonempty_prefix, chunks);
+    const int nonempty_rows = chunk_nonempty_prefix[chunks];
+    const scheduler::CostModel model = cost_model(geometry, N, args.clean_logits);
+    block_units_prefix.assign(blocks + 1, 0);
     for (int b = 0; b < blocks; ++b) {
-      const int p0 = b * g.block_rows;
-      const int count = std::min(g.block_rows, n_nonempty - p0);
-      int lo = a.N, hi = 0;
-      if (count > 0) {
-        int c = chunk_of(p0, nch);
-        uint64_t m = mask[c];
-        for (int k = p0 - cpre[c]; k > 0; --k) m &= m - 1;
-        for (int i = 0; i < count; ++i) {
-          while (m == 0) m = mask[++c];
-          const int row = c * L + __builtin_ctzll(m);
-          m &= m - 1;
-          lo = std::min(lo, se_s[row]);
-          hi = std::max(hi, se_e[row]);
-        }
-      }
-      const BlockWork w = block_work(g, lo, hi, a.N, a.clean_logits);
-      blo[b] = w.lo;
-      bhi[b] = w.hi;
-      bpre[b] = w.units;
+      const int first = b * geometry.block_rows;
+      const int count = std::min(geometry.block_rows, nonempty_rows - first);
+      const scheduler::KeyRange keys =
+          positions_union(plan(), N, first, count, [&](int row) { return row_windows[row]; }).range();
+      block_units_prefix[b] = int(scheduler::price_block(model, keys).total());
     }
-    exclusive_scan(bpre, blocks);
+    exclusive_scan(block_units_prefix, blocks);
   }
-  static void exclusive_scan(std::vector<int>& v, int n) {
+  // One wave's wave_scan_array.
+  static void exclusive_scan(std::vector<int>& values, int n) {
     int run = 0;
     for (int i = 0; i < n; ++i) {
-      const int x = v[i];
-      v[i] = run;
+      const int x = values[i];
+      values[i] = run;
       run += x;
     }
-    v[n] = run;
-  }
-  int chunk_of(int p, int nch) const {
-    int lo = 0, hi = nch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (cpre[mid] <= p) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-  }
-  int empty_chunk_of(int k, int nch) const {
-    int lo = 0, hi = nch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (mid * L - cpre[mid] <= k) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-  }
-  int plan_row(int p) const {
-    if (p >= a.M) return -1;
-    const int nch = (a.M + L - 1) / L;
-    const int n_nonempty = cpre[nch];
-    if (p < n_nonempty) {
-      const int c = chunk_of(p, nch);
-      return c * L + select_bit(mask[c], p - cpre[c]);
-    }
-    const int k = p - n_nonempty;
-    const int c = empty_chunk_of(k, nch);
-    const uint64_t empties = ~mask[c] & chunk_valid_mask(a.M, c);
-    return c * L + select_bit(empties, k - (c * L - cpre[c]));
+    values[n] = run;
   }
 
   // ----------------------------------------------------------------------------------------------
-  // Segment setup (kernel: setup_block).
+  // Segment setup (kernel: setup_block): the row table, then the block's facts.
   // ----------------------------------------------------------------------------------------------
-  struct Facts {
-    BlockWork w;
-    int max_s, min_e;
-  };
-  Facts setup_block(int b, bool balanced) {
-    for (int t = 0; t < g.block_rows; ++t) {
-      const int p = b * g.block_rows + t;
-      const int row = balanced ? plan_row(p) : (p < a.M ? p : -1);
-      int s = 0, e = 0;
-      if (row >= 0) {
-        s = clamp_key(a.ks[row], a.N);
-        e = clamp_key(a.ke[row], a.N);
-      }
-      rows[t] = {row, s, e};
-    }
-    int lo = a.N, hi = 0, max_s = 0, min_e = a.N;
-    for (const RowInfo& r : rows) {
-      if (r.row < 0) continue;
-      max_s = std::max(max_s, r.s);
-      min_e = std::min(min_e, r.e);
-      if (r.s < r.e) {
-        lo = std::min(lo, r.s);
-        hi = std::max(hi, r.e);
-      }
-    }
-    Facts f;
-    f.w = block_work(g, lo, hi, a.N, a.clean_logits);
-    f.max_s = max_s;
-    f.min_e = min_e;
-    return f;
+  BlockFacts setup_block(int b, bool balanced) {
+    for (int t = 0; t < geometry.block_rows; ++t)
+      segment_rows[t] = segment_row(plan(), balanced, args.ks, args.ke, int(args.N),
+                                    b * geometry.block_rows + t);
+    const BlockBounds bounds = block_bounds(geometry.block_rows, int(args.N),
+                                            [&](int i) { return segment_rows[i]; });
+    return block_facts(geometry, int(args.N), args.clean_logits, bounds.keys.range(),
+                       bounds.max_begin, bounds.min_end);
   }
 
   // ----------------------------------------------------------------------------------------------
-  // Memory: LDS DMA of a stage (kernel: stage_load + issue_*), buffer stores.
+  // Memory: LDS DMA of a stage (kernel: KeyPipeline::stage_load + issue_*), buffer stores.
   // ----------------------------------------------------------------------------------------------
-  void load_stage(const Facts& f, int i, int i_end, int slot) {
-    const bool live = i < i_end;
-    const int k0 = f.w.lo + i * g.stage_keys;
-    uint8_t* s = ring.data() + size_t(slot) * g.slot_bytes;
+  void load_stage(const BlockFacts& block, int stage, int stage_end, int slot) {
+    const bool live = stage < stage_end;
+    const int stage_key = block.first_key + stage * geometry.stage_keys;
+    uint8_t* slot_bytes = ring.data() + size_t(slot) * geometry.slot_bytes;
     for (int wave = 0; wave < kWaves; ++wave) {
-      const int m0 = dma_m0(g, wave);
-      // K: resource base kv + k0 * 128, num_records (N - k0) * 128 (0 when not live).
-      const uint64_t nk = live ? uint64_t(a.N - k0) * kKeyBytes : 0;
-      for (int d = 0; d < g.dmas_per_wave; ++d)
-        for (int lane = 0; lane < L; ++lane) {
-          const uint64_t off = uint64_t(dma_voffset(g, wave, d, lane)) + dma_inst_offset(d);
-          uint8_t* dst = s + m0 + dma_inst_offset(d) + kChunkBytes * lane;
-          if (buffer_in_range(off, kChunkBytes, nk))
-            std::memcpy(dst, a.kv + int64_t(k0) * kKeyBytes + int64_t(off), kChunkBytes);
+      const int m0 = dma_m0(geometry, wave);
+      // K: resource base kv + stage_key * 128, num_records (N - stage_key) * 128 (0 when not live).
+      const uint64_t k_records = live ? uint64_t(args.N - stage_key) * kKeyBytes : 0;
+      for (int d = 0; d < geometry.dmas_per_wave; ++d)
+        for (int lane = 0; lane < kLanes; ++lane) {
+          const uint64_t offset = uint64_t(dma_voffset(geometry, wave, d, lane)) + dma_inst_offset(d);
+          uint8_t* dst = slot_bytes + m0 + dma_inst_offset(d) + kChunkBytes * lane;
+          if (buffer_in_range(offset, kChunkBytes, k_records))
+            std::memcpy(dst, args.kv + int64_t(stage_key) * kKeyBytes + int64_t(offset), kChunkBytes);
           else
             std::memset(dst, 0, kChunkBytes);
         }
-      // kv_scale: base scales + (k0 + first key) * 4 - inst, num_records (N - key) * 4 + inst.
-      const int key_s = k0 + scale_first_key(g, wave);
-      const int inst = scale_inst_offset(g);
-      const uint64_t ns = live && key_s < a.N ? uint64_t(a.N - key_s) * 4 + inst : 0;
-      for (int lane = 0; lane < L; ++lane) {
-        const uint64_t off = uint64_t(lane) * 4 + inst;
+      // kv_scale: base scales + (stage_key + first key) * 4 - inst, num_records (N - key) * 4 + inst.
+      const int scale_key = stage_key + scale_first_key(geometry, wave);
+      const int inst = scale_inst_offset(geometry);
+      const uint64_t scale_records =
+          live && scale_key < args.N ? uint64_t(args.N - scale_key) * 4 + inst : 0;
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const uint64_t offset = uint64_t(lane) * 4 + inst;
         float v = 0.f;
-        if (buffer_in_range(off, 4, ns)) v = a.kv_scales[int64_t(key_s) + lane];
-        std::memcpy(s + m0 + inst + 4 * lane, &v, 4);
+        if (buffer_in_range(offset, 4, scale_records)) v = args.kv_scales[int64_t(scale_key) + lane];
+        std::memcpy(slot_bytes + m0 + inst + 4 * lane, &v, 4);
       }
     }
   }
 
-  void store(float v, const Rsrc& r, uint32_t off) {
-    if (!buffer_in_range(off, 4, r.num_records)) return;
-    a.out[(r.base + off) / 4] = v;
+  void store(float v, const Rsrc& rsrc, uint32_t offset) {
+    if (!buffer_in_range(offset, 4, rsrc.num_records)) return;
+    args.out[(rsrc.base + offset) / 4] = v;
   }
-  Rsrc row_rsrc(int row, int k0, bool live) const {
-    Rsrc r;
-    r.base = int64_t(row < 0 ? 0 : row) * a.out_stride * 4 + int64_t(k0) * 4;
-    r.num_records = live && row >= 0 ? uint32_t(a.N - k0) * 4 : 0;
-    return r;
+  Rsrc row_rsrc(int row, int stage_key, bool live) const {
+    Rsrc rsrc;
+    rsrc.base = int64_t(row < 0 ? 0 : row) * args.out_stride * 4 + int64_t(stage_key) * 4;
+    rsrc.num_records = live && row >= 0 ? uint32_t(args.N - stage_key) * 4 : 0;
+    return rsrc;
   }
 
   // ----------------------------------------------------------------------------------------------
   // One wave's registers, as 64-lane arrays.
   // ----------------------------------------------------------------------------------------------
-  using Lanes = float[L];
   struct Frag {  // v8i: 32 bytes per lane
-    uint8_t b[L][32];
+    uint8_t b[kLanes][32];
   };
   struct Acc {  // v16f
-    float v[L][16];
+    float v[kLanes][16];
   };
   struct Chains {
-    float v[kSubTiles][kTilesPerWave][2][L];  // [sub-tile][row of wave][even/odd][lane]
+    float v[kSubTiles][kTilesPerWave][2][kLanes];  // [sub-tile][row of wave][even/odd][lane]
   };
   struct Carry {
     Acc acc;
     Chains part;
-    float scale[kSubTiles][L];
-    int k0;
+    float scale[kSubTiles][kLanes];
+    int stage_key;
     bool live;
   };
   struct WaveState {
     int wave;
-    Frag qa[kTilesPerWave][kSteps];
-    float w[kTilesPerWave][16][L];
+    Frag q_frag[kTilesPerWave][kSteps];
+    float weights[kTilesPerWave][16][kLanes];
     int row[kTilesPerWave];
-    Carry cy;
+    Carry carry;
   };
 
-  void mfma(Acc& c, const Frag& A, const Frag& B, bool zero) const {
+  void mfma(Acc& c, const Frag& a, const Frag& b, bool zero) const {
     float av[32][64], bv[64][32];
-    for (int lane = 0; lane < L; ++lane)
+    for (int lane = 0; lane < kLanes; ++lane)
       for (int byte = 0; byte < 32; ++byte) {
         const int k = hw_k(kmap, lane / 32, byte);
-        av[lane % 32][k] = kFp8.v[A.b[lane][byte]];
-        bv[k][lane % 32] = kFp8.v[B.b[lane][byte]];
+        av[lane % 32][k] = kFp8.v[a.b[lane][byte]];
+        bv[k][lane % 32] = kFp8.v[b.b[lane][byte]];
       }
-    for (int lane = 0; lane < L; ++lane)
+    for (int lane = 0; lane < kLanes; ++lane)
       for (int v = 0; v < 16; ++v) {
         const int i = c_row(lane, v), j = c_col(lane);
-        float s = zero ? 0.f : c.v[lane][v];
-        for (int k = 0; k < kStepK; ++k) s += av[i][k] * bv[k][j];
-        c.v[lane][v] = s;
+        float sum = zero ? 0.f : c.v[lane][v];
+        for (int k = 0; k < kStepK; ++k) sum += av[i][k] * bv[k][j];
+        c.v[lane][v] = sum;
       }
   }
 
-  void load_rows(WaveState& W) const {
-    for (int r = 0; r < g.rows_per_wave; ++r) W.row[r] = rows[wave_row_slot(g, W.wave, r)].row;
+  // Kernel: load_rows.
+  void load_rows(WaveState& wave) const {
+    for (int r = 0; r < geometry.rows_per_wave; ++r)
+      wave.row[r] = segment_rows[wave_row_slot(geometry, wave.wave, r)].row;
     for (int t = 0; t < kTilesPerWave; ++t) {
-      const int rr = tile_row(g, t);
-      const int row = W.row[rr] >= 0 ? W.row[rr] : 0;
-      for (int lane = 0; lane < L; ++lane) {
-        const int head = tile_head0(g, t) + lane % 32;
-        const uint8_t* qrow = a.q + (int64_t(row) * a.H + head) * kHeadDim;
+      const int r = tile_row(geometry, t);
+      const int row = wave.row[r] >= 0 ? wave.row[r] : 0;
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const int head = tile_head0(geometry, t) + lane % 32;
+        const uint8_t* q_row = args.q + (int64_t(row) * args.H + head) * kHeadDim;
         for (int s = 0; s < kSteps; ++s) {
-          std::memcpy(W.qa[t][s].b[lane], qrow + frag_chunk(lane, s, 0) * kChunkBytes, 16);
-          std::memcpy(W.qa[t][s].b[lane] + 16, qrow + frag_chunk(lane, s, 1) * kChunkBytes, 16);
+          std::memcpy(wave.q_frag[t][s].b[lane], q_row + frag_chunk(lane, s, 0) * kChunkBytes, 16);
+          std::memcpy(wave.q_frag[t][s].b[lane] + 16, q_row + frag_chunk(lane, s, 1) * kChunkBytes, 16);
         }
         for (int v = 0; v < 16; ++v)
-          W.w[t][v][lane] = a.weights[int64_t(row) * a.weights_stride + tile_head0(g, t) + c_row(lane, v)];
+          wave.weights[t][v][lane] = args.weights[int64_t(row) * args.weights_stride +
+                                                  tile_head0(geometry, t) + c_row(lane, v)];
       }
     }
   }
 
+  // Kernel: KeyPipeline::read_b.
   void read_b(Frag (&b)[kSteps], int slot, int wave, int j) const {
-    const uint8_t* s = ring.data() + size_t(slot) * g.slot_bytes;
-    const int sub0 = wave_subtile(g, wave, 0);
-    for (int st = 0; st < kSteps; ++st)
-      for (int lane = 0; lane < L; ++lane) {
-        std::memcpy(b[st].b[lane], s + b_read_offset(g, sub0, lane, st, 0) + j * subtile_stride(g), 16);
-        std::memcpy(b[st].b[lane] + 16, s + b_read_offset(g, sub0, lane, st, 1) + j * subtile_stride(g), 16);
+    const uint8_t* slot_bytes = ring.data() + size_t(slot) * geometry.slot_bytes;
+    const int sub0 = wave_subtile(geometry, wave, 0);
+    for (int step = 0; step < kSteps; ++step)
+      for (int lane = 0; lane < kLanes; ++lane) {
+        std::memcpy(b[step].b[lane],
+                    slot_bytes + b_read_offset(geometry, sub0, lane, step, 0) + j * subtile_stride(geometry), 16);
+        std::memcpy(b[step].b[lane] + 16,
+                    slot_bytes + b_read_offset(geometry, sub0, lane, step, 1) + j * subtile_stride(geometry), 16);
       }
   }
 
-  void epilogue(const Acc& acc, int t, const WaveState& W, float (&chain)[kTilesPerWave][2][L]) const {
-    const int r = tile_row(g, t);
-    const bool first = t % g.head_tiles == 0;
-    for (int lane = 0; lane < L; ++lane)
+  // Kernel: Epilogue::accumulate.
+  void accumulate(const Acc& acc, int t, const WaveState& wave,
+                  float (&chain)[kTilesPerWave][2][kLanes]) const {
+    const int r = tile_row(geometry, t);
+    const bool first = t % geometry.head_tiles == 0;
+    for (int lane = 0; lane < kLanes; ++lane)
       for (int v = 0; v < 16; ++v) {
         const float x = std::fmax(acc.v[lane][v], 0.f);
         float& ch = chain[r][v & 1][lane];
-        ch = (first && v < 2) ? x * W.w[t][v][lane] : std::fmaf(x, W.w[t][v][lane], ch);
+        ch = (first && v < 2) ? x * wave.weights[t][v][lane] : std::fmaf(x, wave.weights[t][v][lane], ch);
       }
   }
 
-  static void permlane32_swap(float (&x)[L], float (&y)[L]) {
-    float nx[L], ny[L];
+  static void permlane32_swap(float (&x)[kLanes], float (&y)[kLanes]) {
+    float nx[kLanes], ny[kLanes];
     for (int l = 0; l < 32; ++l) {
       nx[l] = x[l];
       nx[l + 32] = y[l];
@@ -348,216 +298,204 @@ struct Emulator {
     std::memcpy(y, ny, sizeof ny);
   }
 
-  // Kernel: reduce_two (asm) via reduce_group; then store_group / store_pair.
-  void reduce_group(int k, Chains& part, const float (&scale)[kSubTiles][L]) const {
-    const int jx = tail_subtile(g, 2 * k), px = tail_pair(g, 2 * k);
-    const int jy = tail_subtile(g, 2 * k + 1), py = tail_pair(g, 2 * k + 1);
-    float(&axe)[L] = part.v[jx][2 * px][0];
-    float(&bxe)[L] = part.v[jx][2 * px + 1][0];
-    float(&aye)[L] = part.v[jy][2 * py][0];
-    float(&bye)[L] = part.v[jy][2 * py + 1][0];
-    for (int l = 0; l < L; ++l) {
+  // Kernel: reduce_two (asm) via Epilogue::reduce_group; then store_group / store_pair.
+  void reduce_group(int k, Chains& part, const float (&scale)[kSubTiles][kLanes]) const {
+    const int jx = tail_subtile(geometry, 2 * k), px = tail_pair(geometry, 2 * k);
+    const int jy = tail_subtile(geometry, 2 * k + 1), py = tail_pair(geometry, 2 * k + 1);
+    float(&axe)[kLanes] = part.v[jx][2 * px][0];
+    float(&bxe)[kLanes] = part.v[jx][2 * px + 1][0];
+    float(&aye)[kLanes] = part.v[jy][2 * py][0];
+    float(&bye)[kLanes] = part.v[jy][2 * py + 1][0];
+    for (int l = 0; l < kLanes; ++l) {
       axe[l] += part.v[jx][2 * px][1][l];
       bxe[l] += part.v[jx][2 * px + 1][1][l];
       aye[l] += part.v[jy][2 * py][1][l];
       bye[l] += part.v[jy][2 * py + 1][1][l];
     }
     permlane32_swap(axe, bxe);
-    for (int l = 0; l < L; ++l) axe[l] *= scale[jx][l];
+    for (int l = 0; l < kLanes; ++l) axe[l] *= scale[jx][l];
     permlane32_swap(aye, bye);
   }
-  void store_group(bool masked, int k, const Chains& part, const float (&scale)[kSubTiles][L],
-                   int k0, bool live, const WaveState& W) {
-    const int jx = tail_subtile(g, 2 * k), px = tail_pair(g, 2 * k);
-    const int jy = tail_subtile(g, 2 * k + 1), py = tail_pair(g, 2 * k + 1);
-    float vx[L], vy[L];
-    for (int l = 0; l < L; ++l) {
+  void store_group(bool masked, int k, const Chains& part, const float (&scale)[kSubTiles][kLanes],
+                   int stage_key, bool live, const WaveState& wave) {
+    const int jx = tail_subtile(geometry, 2 * k), px = tail_pair(geometry, 2 * k);
+    const int jy = tail_subtile(geometry, 2 * k + 1), py = tail_pair(geometry, 2 * k + 1);
+    float vx[kLanes], vy[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
       vx[l] = std::fmaf(part.v[jx][2 * px + 1][0][l], scale[jx][l], part.v[jx][2 * px][0][l]);
       vy[l] = (part.v[jy][2 * py][0][l] + part.v[jy][2 * py + 1][0][l]) * scale[jy][l];
     }
-    store_pair(masked, vx, jx, px, k0, live, W);
-    store_pair(masked, vy, jy, py, k0, live, W);
+    store_pair(masked, vx, jx, px, stage_key, live, wave);
+    store_pair(masked, vy, jy, py, stage_key, live, wave);
   }
-  void store_pair(bool masked, const float (&v)[L], int j, int p, int k0, bool live, const WaveState& W) {
-    const Rsrc ra = row_rsrc(W.row[2 * p], k0, live), rb = row_rsrc(W.row[2 * p + 1], k0, live);
-    const int sub0 = wave_subtile(g, W.wave, 0);
-    for (int lane = 0; lane < L; ++lane) {
+  void store_pair(bool masked, const float (&v)[kLanes], int j, int p, int stage_key, bool live,
+                  const WaveState& wave) {
+    const Rsrc rsrc_a = row_rsrc(wave.row[2 * p], stage_key, live);
+    const Rsrc rsrc_b = row_rsrc(wave.row[2 * p + 1], stage_key, live);
+    const int sub0 = wave_subtile(geometry, wave.wave, 0);
+    for (int lane = 0; lane < kLanes; ++lane) {
       float x = v[lane];
-      uint32_t off_a = store_offset(sub0, lane, 0), off_b = store_offset(sub0, lane, 1);
+      uint32_t offset_a = store_offset(sub0, lane, 0), offset_b = store_offset(sub0, lane, 1);
       if (masked) {
-        const RowInfo& w = rows[wave_row_slot(g, W.wave, 2 * p + (lane < 32 ? 0 : 1))];
-        const int n = k0 + wave_subtile(g, W.wave, j) * kTileCols + lane % 32;
-        const bool in = n >= w.s && n < w.e;
-        const bool keep = in || a.clean_logits;
+        const SegmentRow& w = segment_rows[wave_row_slot(geometry, wave.wave, 2 * p + (lane < 32 ? 0 : 1))];
+        const int n = stage_key + wave_subtile(geometry, wave.wave, j) * kTileCols + lane % 32;
+        const bool in = n >= w.begin && n < w.end;
+        const bool keep = in || args.clean_logits;
         x = in ? x : -INFINITY;
-        off_a = keep ? off_a : kOutOfRange;
-        off_b = keep ? off_b : kOutOfRange;
+        offset_a = keep ? offset_a : kOutOfRange;
+        offset_b = keep ? offset_b : kOutOfRange;
       }
-      store(x, ra, off_a + j * kTileCols * 4);
-      store(x, rb, off_b + j * kTileCols * 4);
+      store(x, rsrc_a, offset_a + j * kTileCols * 4);
+      store(x, rsrc_b, offset_b + j * kTileCols * 4);
     }
   }
 
-  static bool tail_deferred(const Geometry& g, int k) { return tail_subtile(g, 2 * k + 1) == kSubTiles - 1; }
+  bool tail_deferred(int k) const { return tail_subtile(geometry, 2 * k + 1) == kSubTiles - 1; }
 
   // Kernel: stage_body (one wave).
-  void stage_body(bool masked, int k0, int slot, WaveState& W) {
-    constexpr int T = kTilesPerWave;
-    constexpr int STEPS = kSubTiles * T;
-    const int TAILS = kSubTiles * g.pairs_per_wave;
-    const uint8_t* s = ring.data() + size_t(slot) * g.slot_bytes;
-    float scale[kSubTiles][L];
+  void stage_body(bool masked, int stage_key, int slot, WaveState& wave) {
+    constexpr int kTiles = kTilesPerWave;
+    constexpr int kTileSteps = kSubTiles * kTiles;
+    const int tails = kSubTiles * geometry.pairs_per_wave;
+    const uint8_t* slot_bytes = ring.data() + size_t(slot) * geometry.slot_bytes;
+    float scale[kSubTiles][kLanes];
     for (int j = 0; j < kSubTiles; ++j)
-      for (int lane = 0; lane < L; ++lane)
-        std::memcpy(&scale[j][lane], s + scale_read_offset(g, W.wave, j, lane), 4);
+      for (int lane = 0; lane < kLanes; ++lane)
+        std::memcpy(&scale[j][lane], slot_bytes + scale_read_offset(geometry, wave.wave, j, lane), 4);
     Frag b[kSubTiles][kSteps];
-    read_b(b[0], slot, W.wave, 0);
+    read_b(b[0], slot, wave.wave, 0);
     Chains part;
     Acc acc[2];
-    for (int n = 0; n < STEPS; ++n) {
-      const int j = n / T, t = n % T;
+    Carry& carry = wave.carry;
+    for (int n = 0; n < kTileSteps; ++n) {
+      const int j = n / kTiles, t = n % kTiles;
       bool pending[8] = {};
-      for (int k = 0; k < TAILS / 2; ++k) {
-        if (n == 1 && tail_deferred(g, k)) {
-          reduce_group(k, W.cy.part, W.cy.scale);
+      for (int k = 0; k < tails / 2; ++k) {
+        if (n == 1 && tail_deferred(k)) {
+          reduce_group(k, carry.part, carry.scale);
           pending[k] = true;
-        } else if (n > 1 && !tail_deferred(g, k) && n == (tail_subtile(g, 2 * k + 1) + 1) * T + 1) {
+        } else if (n > 1 && !tail_deferred(k) && n == (tail_subtile(geometry, 2 * k + 1) + 1) * kTiles + 1) {
           reduce_group(k, part, scale);
           pending[k] = true;
         }
       }
-      mfma(acc[n & 1], W.qa[t][0], b[j][0], true);
-      mfma(acc[n & 1], W.qa[t][1], b[j][1], false);
-      if (t == T - 1 && j + 1 < kSubTiles) read_b(b[j + 1], slot, W.wave, j + 1);
+      mfma(acc[n & 1], wave.q_frag[t][0], b[j][0], true);
+      mfma(acc[n & 1], wave.q_frag[t][1], b[j][1], false);
+      if (t == kTiles - 1 && j + 1 < kSubTiles) read_b(b[j + 1], slot, wave.wave, j + 1);
       if (n == 0) {
-        epilogue(W.cy.acc, T - 1, W, W.cy.part.v[kSubTiles - 1]);
+        accumulate(carry.acc, kTiles - 1, wave, carry.part.v[kSubTiles - 1]);
       } else {
         const int m = n - 1;
-        epilogue(acc[m & 1], m % T, W, part.v[m / T]);
+        accumulate(acc[m & 1], m % kTiles, wave, part.v[m / kTiles]);
       }
-      for (int k = 0; k < TAILS / 2; ++k) {
+      for (int k = 0; k < tails / 2; ++k) {
         if (!pending[k]) continue;
-        if (tail_deferred(g, k))
-          store_group(masked, k, W.cy.part, W.cy.scale, W.cy.k0, W.cy.live, W);
+        if (tail_deferred(k))
+          store_group(masked, k, carry.part, carry.scale, carry.stage_key, carry.live, wave);
         else
-          store_group(masked, k, part, scale, k0, true, W);
+          store_group(masked, k, part, scale, stage_key, true, wave);
       }
     }
-    W.cy.acc = acc[(STEPS - 1) & 1];
-    W.cy.part = part;
-    std::memcpy(W.cy.scale, scale, sizeof scale);
-    W.cy.k0 = k0;
-    W.cy.live = true;
+    carry.acc = acc[(kTileSteps - 1) & 1];
+    carry.part = part;
+    std::memcpy(carry.scale, scale, sizeof scale);
+    carry.stage_key = stage_key;
+    carry.live = true;
   }
 
-  void drain(WaveState& W) {
-    epilogue(W.cy.acc, kTilesPerWave - 1, W, W.cy.part.v[kSubTiles - 1]);
-    for (int k = 0; k < kSubTiles * g.pairs_per_wave / 2; ++k)
-      if (tail_deferred(g, k)) {
-        reduce_group(k, W.cy.part, W.cy.scale);
-        store_group(true, k, W.cy.part, W.cy.scale, W.cy.k0, W.cy.live, W);
+  // Kernel: finish_last_stage.
+  void finish_last_stage(WaveState& wave) {
+    Carry& carry = wave.carry;
+    accumulate(carry.acc, kTilesPerWave - 1, wave, carry.part.v[kSubTiles - 1]);
+    for (int k = 0; k < kSubTiles * geometry.pairs_per_wave / 2; ++k)
+      if (tail_deferred(k)) {
+        reduce_group(k, carry.part, carry.scale);
+        store_group(true, k, carry.part, carry.scale, carry.stage_key, carry.live, wave);
       }
   }
 
   // Kernel: compute_stages + stage_loop. All waves step through the stages together.
-  void compute_stages(const Facts& f, int i_begin, int i_end) {
-    const int S = g.stage_keys, D = kPrefetchStages;
-    for (int d = 0; d < D; ++d) load_stage(f, i_begin + d, i_end, d);
+  void compute_stages(const BlockFacts& block, int stage_begin, int stage_end) {
+    for (int d = 0; d < kPrefetchStages; ++d) load_stage(block, stage_begin + d, stage_end, d);
     std::vector<WaveState> waves(kWaves);
     for (int w = 0; w < kWaves; ++w) {
-      WaveState& W = waves[w];
-      W.wave = w;
-      load_rows(W);
-      std::memset(&W.cy, 0, sizeof W.cy);
-      W.cy.live = false;
+      WaveState& wave = waves[w];
+      wave.wave = w;
+      load_rows(wave);
+      std::memset(&wave.carry, 0, sizeof wave.carry);
+      wave.carry.live = false;
     }
-    const int c0 = f.max_s > f.w.lo ? div_up(f.max_s - f.w.lo, S) : 0;
-    const int c1 = f.min_e - f.w.lo >= S ? (f.min_e - f.w.lo - S) / S : -1;
-    const int clean_begin = std::min(std::max(i_begin >= c0 ? i_begin : c0 + 1, i_begin), i_end);
-    const int clean_end = std::min(std::max(c1 + 1, clean_begin), i_end);
-    int rd = 0;
-    for (int i = i_begin; i < i_end; ++i) {
-      const int wr = rd == 0 ? g.slots - 1 : rd - 1;
-      load_stage(f, i + D, i_end, wr);
-      const bool masked = !(i >= clean_begin && i < clean_end);
-      for (WaveState& W : waves) stage_body(masked, f.w.lo + i * S, rd, W);
-      rd = rd + 1 == g.slots ? 0 : rd + 1;
+    const StageRange clean = clean_stages(block, geometry.stage_keys, stage_begin, stage_end);
+    int read_slot = 0;
+    for (int i = stage_begin; i < stage_end; ++i) {
+      const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
+      load_stage(block, i + kPrefetchStages, stage_end, write_slot);
+      const bool masked = !(i >= clean.begin && i < clean.end);
+      for (WaveState& wave : waves)
+        stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
+      read_slot = read_slot + 1 == geometry.slots ? 0 : read_slot + 1;
     }
-    for (WaveState& W : waves) drain(W);
+    for (WaveState& wave : waves) finish_last_stage(wave);
   }
 
-  // Kernel: fill (all 512 threads of the workgroup).
-  void fill(const Facts& f, int u_begin, int u_end) {
-    for (int u = u_begin; u < u_end; ++u)
-      for (int rs = 0; rs < g.block_rows; ++rs) {
-        const Rsrc r = row_rsrc(rows[rs].row, 0, true);
-        for (int k = 0; k < g.fill_cols / kThreads; ++k)
+  // Kernel: fill_neg_inf (all 512 threads of the workgroup).
+  void fill(const BlockFacts& block, int unit_begin, int unit_end) {
+    for (int u = unit_begin; u < unit_end; ++u)
+      for (int slot = 0; slot < geometry.block_rows; ++slot) {
+        const Rsrc rsrc = row_rsrc(segment_rows[slot].row, 0, true);
+        for (int k = 0; k < geometry.fill_cols / kThreads; ++k)
           for (int tid = 0; tid < kThreads; ++tid) {
-            const int fi = u * g.fill_cols + k * kThreads + tid;
-            const uint32_t off = fi < f.w.fill_total ? uint32_t(fill_column(f.w, fi)) * 4u : kOutOfRange;
-            store(-INFINITY, r, off);
+            const int f = u * geometry.fill_cols + k * kThreads + tid;
+            const uint32_t offset = f < block.fill_keys
+                                        ? uint32_t(scheduler::fill_key(block.span(), f)) * 4u
+                                        : kOutOfRange;
+            store(-INFINITY, rsrc, offset);
           }
       }
   }
 
-  void segment(bool compute, int b, int u_begin, int u_end, bool balanced) {
-    const Facts f = setup_block(b, balanced);
-    const SegmentWork sw = segment_work(f.w, u_begin, u_end);
+  // Kernel: segment.
+  void segment(bool compute, int b, int unit_begin, int unit_end, bool balanced) {
+    const BlockFacts block = setup_block(b, balanced);
+    const scheduler::SegmentParts parts = segment_parts(block, unit_begin, unit_end);
     if (compute) {
-      if (sw.stage_begin < sw.stage_end) compute_stages(f, sw.stage_begin, sw.stage_end);
+      if (parts.tile_begin < parts.tile_end) compute_stages(block, int(parts.tile_begin), int(parts.tile_end));
     } else {
-      if (sw.fill_begin < sw.fill_end) fill(f, sw.fill_begin, sw.fill_end);
+      if (parts.fill_begin < parts.fill_end) fill(block, int(parts.fill_begin), int(parts.fill_end));
     }
   }
 
-  void pass(bool compute, bool balanced, int b0, int u0, int u1) {
-    int b = b0;
-    if (balanced) {
-      int lo = 0, hi = blocks - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (bpre[mid] <= u0) lo = mid; else hi = mid - 1;
-      }
-      b = lo;
-    }
-    for (int u = u0; u < u1 && b < blocks; ++b) {
-      const int base = balanced ? bpre[b] : 0;
-      const int next = balanced ? bpre[b + 1] : u1;
-      if (next > u) segment(compute, b, u - base, std::min(u1, next) - base, balanced);
-      u = std::max(u, next);
-    }
+  // Kernel: pass.
+  void pass(bool compute, bool balanced, int fixed_block, UnitRange units) {
+    for_each_segment(
+        balanced, blocks, fixed_block, units, [&](int b) { return block_units_prefix[b]; },
+        [&](int b, int unit_begin, int unit_end) { segment(compute, b, unit_begin, unit_end, balanced); });
   }
 
-  // Kernel: run, for every workgroup of the grid. Returns the number of segments it processed.
-  int run_all(std::vector<int>* wg_units) {
-    int segments = 0;
-    if (lp.balanced) {
-      build_plan();
-      const int total = bpre[blocks];
-      for (int wg = 0; wg < lp.grid_x; ++wg) {
-        const int u0 = int(share_begin(total, lp.grid_x, wg));
-        const int u1 = int(share_begin(total, lp.grid_x, wg + 1));
-        if (wg_units) wg_units->push_back(u1 - u0);
-        if (u0 >= u1) continue;
-        pass(true, true, 0, u0, u1);
-        pass(false, true, 0, u0, u1);
-        ++segments;
-      }
-    } else {
-      for (int y = 0; y < lp.grid_y; ++y)
-        for (int bx = 0; bx < lp.grid_x; ++bx) {
-          const int b0 = lp.reverse_rows ? blocks - 1 - bx : bx;
-          const int units = setup_block(b0, false).w.units;
-          const int u0 = int(share_begin(units, lp.split_n, y));
-          const int u1 = int(share_begin(units, lp.split_n, y + 1));
-          if (wg_units) wg_units->push_back(u1 - u0);
-          if (u0 >= u1) continue;
-          pass(true, false, b0, u0, u1);
-          pass(false, false, b0, u0, u1);
-          ++segments;
-        }
+  // The units workgroup (x, y) takes (kernel: run), and for the fixed grid its block.
+  UnitRange workgroup_units(int x, int y, int* fixed_block) {
+    if (launch.balanced) {
+      *fixed_block = 0;
+      return unit_share(block_units_prefix[blocks], launch.grid_x, x);
     }
-    return segments;
+    *fixed_block = fixed_grid_block(blocks, x, launch.reverse_blocks);
+    return unit_share(setup_block(*fixed_block, false).units(), launch.fixed_grid_splits, y);
+  }
+
+  // Kernel: run, for every workgroup of the grid. Returns the number of workgroups with work.
+  int run_all() {
+    if (launch.balanced) build_plan();
+    int busy = 0;
+    for (int y = 0; y < launch.grid_y; ++y)
+      for (int x = 0; x < launch.grid_x; ++x) {
+        int fixed_block;
+        const UnitRange units = workgroup_units(x, y, &fixed_block);
+        if (units.begin >= units.end) continue;
+        pass(true, launch.balanced, fixed_block, units);
+        pass(false, launch.balanced, fixed_block, units);
+        ++busy;
+      }
+    return busy;
   }
 };
 
@@ -568,19 +506,19 @@ extern "C" {
 // Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
 int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, const float* w,
                    const int32_t* ks, const int32_t* ke, float* out, int M, int N, int H,
-                   long long w_stride, long long out_stride, int clean, int split_n, int num_cus,
-                   int kmap_variant, int* plan_out) {
+                   long long w_stride, long long out_stride, int clean, int fixed_grid_splits,
+                   int num_cus, int kmap_variant, int* plan_out) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys) return -1;
-  Fp8MqaLogitsParams a{q, kv, scales, w, ks, ke, out, M, N, H, kHeadDim, w_stride, out_stride, clean != 0};
-  Emulator emu(a, split_n, num_cus, kmap_variant);
+  Fp8MqaLogitsParams params{q, kv, scales, w, ks, ke, out, M, N, H, kHeadDim, w_stride, out_stride, clean != 0};
+  Emulator emu(params, fixed_grid_splits, num_cus, kmap_variant);
   if (plan_out) {
-    plan_out[0] = emu.lp.small;
-    plan_out[1] = emu.lp.balanced;
-    plan_out[2] = emu.lp.grid_x;
-    plan_out[3] = emu.lp.grid_y;
-    plan_out[4] = emu.lp.split_n;
+    plan_out[0] = emu.launch.small;
+    plan_out[1] = emu.launch.balanced;
+    plan_out[2] = emu.launch.grid_x;
+    plan_out[3] = emu.launch.grid_y;
+    plan_out[4] = emu.launch.fixed_grid_splits;
   }
-  return emu.run_all(nullptr);
+  return emu.run_all();
 }
 
 // The balanced plan alone (no compute): per workgroup, the real units it processes (stages and
@@ -589,34 +527,32 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean,
                          int num_cus, int* wg_units, int* wg_segments) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0) return -1;
-  Fp8MqaLogitsParams a{};
-  a.ks = ks;
-  a.ke = ke;
-  a.M = M;
-  a.N = N;
-  a.H = H;
-  a.D = kHeadDim;
-  a.clean_logits = clean != 0;
-  Emulator emu(a, 0, num_cus, 0);
-  if (!emu.lp.balanced) return -1;
+  Fp8MqaLogitsParams params{};
+  params.ks = ks;
+  params.ke = ke;
+  params.M = M;
+  params.N = N;
+  params.H = H;
+  params.D = kHeadDim;
+  params.clean_logits = clean != 0;
+  Emulator emu(params, 0, num_cus, 0);
+  if (!emu.launch.balanced) return -1;
   emu.build_plan();
-  const int total = emu.bpre[emu.blocks];
-  for (int wg = 0; wg < emu.lp.grid_x; ++wg) {
-    const int u0 = int(share_begin(total, emu.lp.grid_x, wg));
-    const int u1 = int(share_begin(total, emu.lp.grid_x, wg + 1));
-    int real = 0, segs = 0;
-    for (int b = 0; b < emu.blocks; ++b) {
-      const int base = emu.bpre[b], next = emu.bpre[b + 1];
-      if (next <= u0 || base >= u1) continue;
-      const SegmentWork sw = segment_work(emu.setup_block(b, true).w, std::max(u0, base) - base,
-                                          std::min(u1, next) - base);
-      real += (sw.stage_end - sw.stage_begin) + (sw.fill_end - sw.fill_begin);
-      segs += sw.stage_begin < sw.stage_end;
-    }
-    wg_units[wg] = real;
-    wg_segments[wg] = segs;
+  for (int x = 0; x < emu.launch.grid_x; ++x) {
+    int fixed_block, real = 0, segments = 0;
+    const UnitRange units = emu.workgroup_units(x, 0, &fixed_block);
+    for_each_segment(true, emu.blocks, fixed_block, units,
+                     [&](int b) { return emu.block_units_prefix[b]; },
+                     [&](int b, int unit_begin, int unit_end) {
+                       const scheduler::SegmentParts parts =
+                           segment_parts(emu.setup_block(b, true), unit_begin, unit_end);
+                       real += int((parts.tile_end - parts.tile_begin) + (parts.fill_end - parts.fill_begin));
+                       segments += parts.tile_begin < parts.tile_end;
+                     });
+    wg_units[x] = real;
+    wg_segments[x] = segments;
   }
-  return total;
+  return emu.block_units_prefix[emu.blocks];
 }
 
 // The fp8 e4m3fn decode the emulator uses (checked against torch by the tests).

@@ -1,5 +1,7 @@
 """Build and load the host test library of the gfx950 kernel: emulator.cpp + layout_shim.cpp,
-compiled with g++ from the kernel's own layout header (a second or two; cached by content hash)."""
+compiled with g++ from the kernel's own host + device headers (csrc/gfx950/*.h, csrc/common/*.h; a
+few seconds; cached by content hash). build_library() also builds other host shims of csrc headers
+(op_tests/test_work_scheduler.py)."""
 
 from __future__ import annotations
 
@@ -44,11 +46,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_plan_launch.restype = None
     lib.gfx950_fixed_grid_makespan.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int, c_int]
     lib.gfx950_fixed_grid_makespan.restype = c_double
-    lib.gfx950_choose_split_n.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int]
-    lib.gfx950_block_work.argtypes = [c_int] * 6 + [i32p]
-    lib.gfx950_block_work.restype = None
-    lib.gfx950_segment_work.argtypes = [c_int] * 8 + [i32p]
-    lib.gfx950_segment_work.restype = None
+    lib.gfx950_choose_fixed_grid_splits.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int]
+    lib.gfx950_block_facts.argtypes = [c_int] * 6 + [i32p]
+    lib.gfx950_block_facts.restype = None
     lib.gfx950_fixed_grid_costs.argtypes = [c_int] * 5 + [i32p, i32p, c_int, ctypes.POINTER(c_double)]
     lib.gfx950_dma.argtypes = [c_int] * 5 + [i32p]
     lib.gfx950_dma.restype = None
@@ -57,26 +57,32 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     return lib
 
 
-@lru_cache(maxsize=1)
-def load() -> ctypes.CDLL:
+def build_library(name: str, sources, headers=HEADERS, flags=FLAGS) -> Path:
+    """Compile `sources` (paths) with g++ against csrc/ into a shared library, cached under the
+    temporary directory by the content hash of the sources, the headers and the command."""
     cxx = compiler()
     if cxx is None:
-        raise RuntimeError("no host C++ compiler (g++) to build the gfx950 host tests")
+        raise RuntimeError(f"no host C++ compiler (g++) to build {name}")
     digest = hashlib.sha256()
-    for p in SOURCES + HEADERS:
-        digest.update(p.read_bytes())
-    digest.update(" ".join([cxx] + FLAGS).encode())
+    for p in tuple(sources) + tuple(headers):
+        digest.update(Path(p).read_bytes())
+    digest.update(" ".join([cxx] + list(flags)).encode())
     out_dir = Path(tempfile.gettempdir()) / "aiter_gfx950_hosttests"
     out_dir.mkdir(parents=True, exist_ok=True)
-    lib_path = out_dir / f"libgfx950_host_{digest.hexdigest()[:16]}.so"
+    lib_path = out_dir / f"lib{name}_{digest.hexdigest()[:16]}.so"
     if not lib_path.exists():
         tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cxx, *FLAGS, f"-I{CSRC}", "-o", str(tmp), *map(str, SOURCES)]
+        cmd = [cxx, *flags, f"-I{CSRC}", "-o", str(tmp), *map(str, sources)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"building the gfx950 host test library failed:\n{' '.join(cmd)}\n{proc.stderr}")
+            raise RuntimeError(f"building {name} failed:\n{' '.join(cmd)}\n{proc.stderr}")
         os.replace(tmp, lib_path)  # atomic: concurrent builders agree on the file
-    return _declare(ctypes.CDLL(str(lib_path)))
+    return lib_path
+
+
+@lru_cache(maxsize=1)
+def load() -> ctypes.CDLL:
+    return _declare(ctypes.CDLL(str(build_library("gfx950_host", SOURCES))))
 
 
 def ptr(t, ctype):
@@ -101,7 +107,8 @@ def geometry(heads: int, small: bool) -> dict:
     return dict(zip(GEOMETRY_FIELDS, buf[:n]))
 
 
-def plan_launch(M, N, heads, split_n, num_cus, clean) -> dict:
+def plan_launch(M, N, heads, fixed_grid_splits, num_cus, clean) -> dict:
     buf = (ctypes.c_int32 * 8)()
-    load().gfx950_plan_launch(M, N, heads, split_n, num_cus, int(clean), buf)
-    return dict(zip(("small", "balanced", "blocks", "grid_x", "grid_y", "split_n", "reverse_rows"), buf[:7]))
+    load().gfx950_plan_launch(M, N, heads, fixed_grid_splits, num_cus, int(clean), buf)
+    keys = ("small", "balanced", "blocks", "grid_x", "grid_y", "fixed_grid_splits", "reverse_blocks")
+    return dict(zip(keys, buf[:7]))

@@ -1,0 +1,168 @@
+// gfx950 fp8_mqa_logits: the epilogue. MFMA accumulators -> relu * w chains per row -> row-pair
+// reduction across lane halves (v_permlane32_swap) -> kv_scale -> masked buffer stores.
+//
+//   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]   for n in [s_m, e_m)
+//                  -inf (clean_logits) or untouched (not clean) for the other n of a masked stage
+//
+// Layouts touched: the 32x32 accumulator C (lane l, element v = head c_row(l, v) of the tile, key
+// l % 32 of the sub-tile, layout.h); the per-row even/odd chains; after the swap, lanes 0-31 hold
+// row A of a pair and lanes 32-63 row B; out [M, N] fp32 rows through per-row buffer resources
+// (num_records = (N - k0) * 4, 0 for a missing row: the hardware drops what is out of range); the
+// block's segment_rows table in LDS for the masked stages' window test.
+// Why this shape: the sum over heads is split into an even and an odd chain of a fixed order so
+// that the scalar VALU epilogue co-issues under the other wave's MFMAs; row pairs are reduced two
+// tails at a time by inline asm that also keeps the 2 wait states a VALU write needs before
+// v_permlane32_swap reads it (the compiler cannot see into the asm to insert them).
+#pragma once
+#include <hip/hip_runtime.h>
+#include <stdint.h>
+
+#include "gfx950/geometry.h"
+#include "gfx950/layout.h"
+#include "gfx950/primitives.h"
+#include "gfx950/workgroup.h"
+
+namespace aiter {
+namespace gfx950 {
+
+// Per-lane store voffsets per pair half (first sub-tile; +128 B per sub-tile).
+struct StoreLanes {
+  uint32_t offset[2];
+};
+
+// The previous stage's deferred work: the epilogue of its last tile-step and the row-pair tails
+// that epilogue completes. Loop-carried registers; before the first stage a dummy whose stores
+// go to empty resources (so every iteration still issues the same VMEM count).
+template <int H, bool SMALL>
+struct Carry {
+  v16f acc;
+  float part[kSubTiles][Variant<H, SMALL>::kRowsPerWave][2];
+  float scale[kSubTiles];
+  int stage_key;  // first key of the carried stage
+  bool live;      // false before the first stage: its stores go to empty resources
+};
+
+// Row-pair reduction of two tails, in place on the rows' chains (a = row A, b = row B of a pair;
+// *e = even chain, *o = odd chain): merge the chains, swap lane halves between the rows, and
+// scale pair x's row-A half (the instruction the second swap needs between its producers and
+// itself: a VALU write needs 2 wait states before a v_permlane32_swap reads it). Afterwards
+//   pair x = fma(bxe, sx, axe),  pair y = (aye + bye) * sy
+// hold row A in lanes 0-31 and row B in lanes 32-63. Every register the asm writes is read
+// afterwards, so the compiler cannot hand one to the very next instruction (it pads a VALU that
+// touches an inline asm's output within one wait state).
+__device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, float& bye,
+                                           float axo, float bxo, float ayo, float byo, float sx) {
+  asm("v_add_f32 %0, %0, %4\n\t"
+      "v_add_f32 %1, %1, %5\n\t"
+      "v_add_f32 %2, %2, %6\n\t"
+      "v_add_f32 %3, %3, %7\n\t"
+      "v_permlane32_swap_b32 %0, %1\n\t"
+      "v_mul_f32 %0, %0, %8\n\t"
+      "v_permlane32_swap_b32 %2, %3"
+      : "+v"(axe), "+v"(bxe), "+v"(aye), "+v"(bye)
+      : "v"(axo), "v"(bxo), "v"(ayo), "v"(byo), "v"(sx));
+}
+
+template <int H, bool SMALL>
+struct Epilogue {
+  using V = Variant<H, SMALL>;
+  static constexpr int kRowsPerWave = V::kRowsPerWave;
+  using Chains = float[kSubTiles][kRowsPerWave][2];  // [sub-tile][row of the wave][even/odd]
+  const Workgroup<H, SMALL> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
+
+  __device__ explicit Epilogue(const Workgroup<H, SMALL>& workgroup) : wg(workgroup) {}
+
+  __device__ StoreLanes lanes() const {
+    StoreLanes lanes;
+    const int sub0 = wave_subtile(V::geometry(), wg.wave, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lanes.offset[h] = store_offset(sub0, wg.lane, h);
+    return lanes;
+  }
+
+  // One tile's accumulator: relu, times w, into its row's even/odd chains (fixed order: the row's
+  // first tile starts both chains, elements alternate between them).
+  __device__ __forceinline__ void accumulate(const v16f& acc, int t, const WaveRows<H, SMALL>& rows,
+                                             float (&chain)[kRowsPerWave][2]) const {
+    const int r = tile_row(V::geometry(), t);
+    const bool first = t % V::kGeometry.head_tiles == 0;
+#pragma unroll
+    for (int v = 0; v < 16; ++v) {
+      const float x = fmaxf(acc[v], 0.f);
+      float& ch = chain[r][v & 1];
+      ch = (first && v < 2) ? x * rows.weights[t][v / 4][v % 4]
+                            : __builtin_fmaf(x, rows.weights[t][v / 4][v % 4], ch);
+    }
+  }
+
+  // Tail groups: the permlane asm takes tails (2k, 2k+1) together; group k holds the pairs of
+  // tail_subtile(2k+1), complete after that sub-tile's last epilogue. reduce_group runs the asm on
+  // the chains in place; store_group finishes the sums, masks and stores.
+  struct TailGroup {
+    int subtile_x, pair_x, subtile_y, pair_y;
+  };
+  static constexpr __device__ TailGroup tail_group(int k) {
+    return TailGroup{tail_subtile(V::geometry(), 2 * k), tail_pair(V::geometry(), 2 * k),
+                     tail_subtile(V::geometry(), 2 * k + 1), tail_pair(V::geometry(), 2 * k + 1)};
+  }
+  // Group k completes with the stage's last sub-tile: it is reduced and stored in the next stage.
+  static constexpr __device__ bool tail_deferred(int k) {
+    return tail_subtile(V::geometry(), 2 * k + 1) == kSubTiles - 1;
+  }
+
+  __device__ __forceinline__ void reduce_group(int k, Chains& part,
+                                               const float (&scale)[kSubTiles]) const {
+    const TailGroup group = tail_group(k);
+    float(&x)[kRowsPerWave][2] = part[group.subtile_x];
+    float(&y)[kRowsPerWave][2] = part[group.subtile_y];
+    reduce_two(x[2 * group.pair_x][0], x[2 * group.pair_x + 1][0], y[2 * group.pair_y][0],
+               y[2 * group.pair_y + 1][0], x[2 * group.pair_x][1], x[2 * group.pair_x + 1][1],
+               y[2 * group.pair_y][1], y[2 * group.pair_y + 1][1], scale[group.subtile_x]);
+  }
+
+  template <bool MASKED>
+  __device__ __forceinline__ void store_group(int k, const Chains& part,
+                                              const float (&scale)[kSubTiles], int stage_key,
+                                              bool live, const WaveRows<H, SMALL>& rows,
+                                              const StoreLanes& lanes) const {
+    const TailGroup group = tail_group(k);
+    const float vx = __builtin_fmaf(part[group.subtile_x][2 * group.pair_x + 1][0],
+                                    scale[group.subtile_x], part[group.subtile_x][2 * group.pair_x][0]);
+    const float vy = (part[group.subtile_y][2 * group.pair_y][0] +
+                      part[group.subtile_y][2 * group.pair_y + 1][0]) *
+                     scale[group.subtile_y];
+    store_pair<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows, lanes);
+    store_pair<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows, lanes);
+  }
+
+  // Mask and store one reduced, scaled row pair of sub-tile j of the stage at stage_key. The
+  // pair's two row resources are built here, just before use, to keep SGPR pressure low.
+  template <bool MASKED>
+  __device__ __forceinline__ void store_pair(float v, int j, int p, int stage_key, bool live,
+                                             const WaveRows<H, SMALL>& rows,
+                                             const StoreLanes& lanes) const {
+    const KernelArgs& args = wg.args;
+    uint32_t offset_a = lanes.offset[0], offset_b = lanes.offset[1];
+    if constexpr (MASKED) {
+      // Row windows (begin, end) from the block table; a missing row has end = 0: never inside.
+      const int4 w = *wg.template at<int4>(int(rows.window_addr[p]));
+      const int n = stage_key + wave_subtile(V::geometry(), wg.wave, j) * kTileCols + wg.lane % 32;
+      const bool in = n >= w.y && n < w.z;
+      const bool keep = in || args.clean != 0;
+      v = in ? v : -__builtin_inff();
+      offset_a = keep ? offset_a : kOutOfRange;
+      offset_b = keep ? offset_b : kOutOfRange;
+    }
+    const uint32_t bytes = uint32_t(args.N - stage_key) * 4u;
+    const v4i rsrc_a = make_rsrc(rows.out_row[2 * p] + uint64_t(stage_key) * 4u,
+                                 live && rows.valid[2 * p] ? bytes : 0u);
+    const v4i rsrc_b = make_rsrc(rows.out_row[2 * p + 1] + uint64_t(stage_key) * 4u,
+                                 live && rows.valid[2 * p + 1] ? bytes : 0u);
+    // Sub-tile j is 32 keys (128 B) further: an instruction offset, which the range check includes.
+    buffer_store_f32(v, rsrc_a, offset_a + j * kTileCols * 4, 0, 0);
+    buffer_store_f32(v, rsrc_b, offset_b + j * kTileCols * 4, 0, 0);
+  }
+};
+
+}  // namespace gfx950
+}  // namespace aiter

@@ -1,0 +1,79 @@
+// gfx950 fp8_mqa_logits: what the kernel is given (KernelArgs, filled by the host launcher) and what
+// one workgroup and its waves hold while they run. Device roles (plan.h, pipeline.h, epilogue.h,
+// fill.h) take a Workgroup; nothing here computes.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
+//
+// Layouts touched: the tensors of KernelArgs (row-major: q [M, H, 128] and kv [N, 128] fp8 bytes,
+// kv_scales [N], weights [M, H] with row stride weights_stride, out [M, N] with row stride
+// out_stride, ks / ke [M] int32 raw bounds); the workgroup's LDS (LdsLayout, layout.h).
+#pragma once
+#include <hip/hip_runtime.h>
+#include <stdint.h>
+
+#include "gfx950/geometry.h"
+#include "gfx950/layout.h"
+#include "gfx950/primitives.h"
+
+namespace aiter {
+namespace gfx950 {
+
+struct KernelArgs {
+  const uint8_t* q;
+  const uint8_t* kv;
+  const float* kv_scales;
+  const float* weights;
+  const int32_t* ks;
+  const int32_t* ke;
+  float* out;
+  int64_t weights_stride;
+  int64_t out_stride;
+  int32_t M;
+  int32_t N;
+  int32_t clean;
+  // 0: the balanced plan over num_workgroups workgroups; > 0: the fixed grid (blocks,
+  // fixed_grid_splits), each block's units cut into this many contiguous shares.
+  int32_t fixed_grid_splits;
+  int32_t num_workgroups;
+  int32_t reverse_blocks;  // fixed grid: workgroup x takes block (blocks - 1 - x)
+};
+
+// One workgroup of a kernel variant: its arguments, its LDS and who this thread is.
+template <int H, bool SMALL>
+struct Workgroup : Variant<H, SMALL> {
+  using Lds = LdsLayout<H, SMALL>;
+
+  const KernelArgs& args;
+  uint8_t* lds;
+  const int tid, lane, wave;
+
+  __device__ Workgroup(const KernelArgs& kernel_args, uint8_t* lds_base)
+      : args(kernel_args),
+        lds(lds_base),
+        tid(__builtin_amdgcn_workitem_id_x()),
+        lane(lane_id()),
+        wave(uniform(__builtin_amdgcn_workitem_id_x() / kLanes)) {}
+
+  template <class T>
+  __device__ T* at(int byte_offset) const {
+    return reinterpret_cast<T*>(lds + byte_offset);
+  }
+  __device__ uint32_t lds_address(int byte_offset) const {
+    return uint32_t(uintptr_t((__attribute__((address_space(3))) uint8_t*)(lds))) + byte_offset;
+  }
+};
+
+// What a wave holds for its rows during a segment (loaded once per segment, kept in VGPRs).
+template <int H, bool SMALL>
+struct WaveRows {
+  static constexpr int kRowsPerWave = Variant<H, SMALL>::kRowsPerWave;
+  static constexpr int kPairsPerWave = Variant<H, SMALL>::kPairsPerWave;
+  v8i q_frag[kTilesPerWave][kSteps];  // A fragments
+  v4f weights[kTilesPerWave][4];      // w of the 16 heads each lane's accumulator elements hold
+  uint64_t out_row[kRowsPerWave];     // byte address of the row in out (uniform)
+  int valid[kRowsPerWave];
+  uint32_t window_addr[kPairsPerWave];  // LDS address of the (s, e) of the pair row this lane stores
+};
+
+}  // namespace gfx950
+}  // namespace aiter
