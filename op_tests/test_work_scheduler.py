@@ -4,7 +4,7 @@ of what each helper must do.
 A tiny extern "C" shim (below) is compiled with g++ against the header, like the gfx950 host
 library (op_tests/gfx950/hostlib.py), and called through ctypes. Checked:
   - row_window: raw bounds clamped to [0, N] (negative, past N, inverted, INT32 and INT64 extremes);
-  - BlockUnion over empty and non-empty rows, and BlockUnionIn<int32_t> from empty_within(N) equal to it;
+  - BlockUnion over empty and non-empty rows, and BlockUnion<int32_t> from empty_within(N) equal to it;
   - tile_span on and off the key grid: the fewest tiles from first_key that cover the union,
     covered_end = min(first_key + tiles * tile_keys, N);
   - fill_keys / fill_key: exactly the complement of [first_key, covered_end) in [0, N), increasing
@@ -57,14 +57,14 @@ void ws_row_window(int n, const int64_t* raw_start, const int64_t* raw_end, int6
 
 // One block of n rows with raw bounds, priced by model m = {num_keys, tile_keys, on_grid,
 // start_overhead, fill_unit_keys}. out: union (BlockUnion) begin, end, empty; union
-// (BlockUnionIn<int32_t>, empty_within) begin, end, empty; span first_key, tiles, covered_end,
+// (BlockUnion<int32_t>, empty_within) begin, end, empty; span first_key, tiles, covered_end,
 // first_tile; fill_keys; price overhead, compute, fill, compute_total, total; total of the
 // KeyRange overload.
 void ws_block(const int64_t* m, int n, const int64_t* raw_start, const int64_t* raw_end,
               int64_t* out) {
   const CostModel model = model_of(m);
-  BlockUnion u;
-  BlockUnionIn<int32_t> u32 = BlockUnionIn<int32_t>::empty_within(model.num_keys);
+  BlockUnion<> u = BlockUnion<>::empty_within(model.num_keys);
+  BlockUnion<int32_t> u32 = BlockUnion<int32_t>::empty_within(model.num_keys);
   for (int i = 0; i < n; ++i) {
     const KeyRange w = row_window(raw_start[i], raw_end[i], model.num_keys);
     u.add(w);
@@ -182,7 +182,7 @@ def check_block(model, raw):
     got = block(model, raw)
     union = ref_union([(clamp(s, num_keys), clamp(e, num_keys)) for s, e in raw])
     assert tuple(got[0:2]) == union and got[2] == (union == (0, 0)), (model, raw, got)
-    assert tuple(got[3:5]) == union and got[5] == got[2], ("BlockUnionIn differs from BlockUnion", model, raw, got)
+    assert tuple(got[3:5]) == union and got[5] == got[2], ("BlockUnion<int32_t> differs from BlockUnion<>", model, raw, got)
     span = ref_span(num_keys, tile_keys, on_grid, union)
     assert tuple(got[6:9]) == span and got[9] == span[0] // tile_keys, (model, raw, got)
     if union[0] < union[1]:  # the fewest tiles that cover the union, inside [0, N]
@@ -256,7 +256,7 @@ def test_block_union_over_empty_and_nonempty_rows():
     assert got[0:2] == [3, 20]                              # empty rows do not widen it
     got = check_block(model, [(-50, 150)])
     assert got[0:2] == [0, 100]
-    # BlockUnionIn<int32_t> equals BlockUnion at int32 extremes of the raw bounds
+    # BlockUnion<int32_t> equals BlockUnion at int32 extremes of the raw bounds
     check_block([INT32_MAX, 64, 0, 2, 512], [(INT32_MIN, INT32_MAX), (5, 6)])
     check_block([2**25 - 1, 128, 1, 2, 0], [(INT32_MAX, INT32_MIN), (2**25 - 2, INT32_MAX)])
 

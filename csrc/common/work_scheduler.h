@@ -49,32 +49,16 @@ AITER_SCHED_FN KeyRange intersect(KeyRange a, KeyRange b) {
   return KeyRange{a.begin > b.begin ? a.begin : b.begin, a.end < b.end ? a.end : b.end};
 }
 
-// The union of a block's non-empty windows, accumulated one row at a time. Empty rows do not widen
-// it; a block of empty rows has the empty union {0, 0}.
+// The union of a block's non-empty windows, accumulated one row at a time from empty_within(N).
+// Empty rows do not widen it; a block of empty rows has the empty union {0, 0}. Int may be narrower
+// than int64_t for a backend whose per-row loops stay in 32-bit registers (a 64-bit min/max costs a
+// GPU 2-3 instructions); the empty union's lo is N rather than the largest Int, so every bound is a
+// key and no constant of its own occupies a register.
+template <class Int = int64_t>
 struct BlockUnion {
-  int64_t lo = INT64_MAX;
-  int64_t hi = 0;
-  AITER_SCHED_FN void add(KeyRange window) {
-    if (window.empty()) return;
-    lo = window.begin < lo ? window.begin : lo;
-    hi = window.end > hi ? window.end : hi;
-  }
-  AITER_SCHED_FN bool empty() const { return hi <= lo; }
-  AITER_SCHED_FN KeyRange range() const { return empty() ? KeyRange{0, 0} : KeyRange{lo, hi}; }
-};
-
-// BlockUnion accumulated in a narrower signed integer type Int, for a backend whose per-row loops
-// stay in 32-bit registers (a 64-bit min/max costs a GPU 2-3 instructions). Start it with
-// empty_within(num_keys): its empty lo is num_keys rather than the largest Int, so every bound is a
-// key (no constant of its own for the GPU to keep in a register). For windows inside
-// [0, num_keys] (row_window's), add() and range() agree with BlockUnion's.
-template <class Int>
-struct BlockUnionIn {
   Int lo;
   Int hi;
-  AITER_SCHED_FN static BlockUnionIn empty_within(int64_t num_keys) {
-    return BlockUnionIn{Int(num_keys), Int(0)};
-  }
+  AITER_SCHED_FN static BlockUnion empty_within(int64_t num_keys) { return BlockUnion{Int(num_keys), Int(0)}; }
   AITER_SCHED_FN void add(KeyRange window) {
     if (window.empty()) return;
     lo = Int(window.begin) < lo ? Int(window.begin) : lo;

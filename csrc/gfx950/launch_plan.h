@@ -51,7 +51,7 @@ inline double fixed_grid_makespan(Geometry geometry, int64_t M, int64_t N, int s
   for (int y = 0; y < splits; ++y)
     for (int64_t b = blocks - 1; b >= 0; --b) {
       const int64_t last_row = (b + 1) * geometry.block_rows < M ? (b + 1) * geometry.block_rows : M;
-      scheduler::BlockUnion keys;  // causal rows: windows [0, N - M + row + 1), the last the widest
+      auto keys = scheduler::BlockUnion<>::empty_within(N);  // causal rows: windows [0, N - M + row + 1), the last the widest
       keys.add(scheduler::row_window(0, N - M + last_row, N));
       const scheduler::BlockPrice price = scheduler::price_block(model, keys.range());
       const scheduler::SegmentParts parts =

@@ -88,7 +88,7 @@ GFX950_HD inline int plan_row(const PlanTables& plan, int position) {
 }
 
 // The scheduler's block union, kept in 32 bits: keys are below 2^25 (kMaxKeys).
-using KeyUnion = scheduler::BlockUnionIn<int>;
+using KeyUnion = scheduler::BlockUnion<int>;
 
 // Union of the windows of plan positions [first, first + count), all non-empty rows
 // (first + count <= nonempty rows), walking the chunk masks. window_of(row) -> its KeyRange.

@@ -41,11 +41,11 @@ __device__ __forceinline__ scheduler::KeyRange load_block_window(const KernelArg
 }
 
 // The union of the 32 lanes' windows: a warp reduction (32-bit: windows lie in [0, N], N < 2^31).
-__device__ __forceinline__ scheduler::BlockUnion warp_block_union(scheduler::KeyRange window) {
+__device__ __forceinline__ scheduler::BlockUnion<> warp_block_union(scheduler::KeyRange window, int64_t num_keys) {
   const bool live = !window.empty();
   const int lo = __reduce_min_sync(0xffffffffu, live ? static_cast<int>(window.begin) : INT_MAX);
   const int hi = __reduce_max_sync(0xffffffffu, live ? static_cast<int>(window.end) : 0);
-  scheduler::BlockUnion block_union;
+  auto block_union = scheduler::BlockUnion<>::empty_within(num_keys);
   block_union.add(scheduler::KeyRange{lo, hi});  // empty (adds nothing) when no lane has a window
   return block_union;
 }
@@ -68,7 +68,7 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
   // block < blocks: a guard, the shares end inside the list.
   while (units_left > 0 && block < blocks) {
     const scheduler::KeyRange window = next_window;
-    const scheduler::TileSpan span = scheduler::tile_span(model, warp_block_union(window).range());
+    const scheduler::TileSpan span = scheduler::tile_span(model, warp_block_union(window, args.N).range());
     const scheduler::BlockPrice price = scheduler::price_block(model, span);
     // This CTA's units of the block: [offset, offset + take) of [overhead | tiles].
     const int64_t take = min(units_left, price.compute_total() - offset);

@@ -79,8 +79,8 @@ __device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs&
 
 // The union of Q block `block`'s row windows (rows past M have none).
 template <int H>
-__device__ __forceinline__ scheduler::BlockUnion load_block_union(const KernelArgs& args, int64_t block) {
-  scheduler::BlockUnion block_union;
+__device__ __forceinline__ scheduler::BlockUnion<> load_block_union(const KernelArgs& args, int64_t block) {
+  auto block_union = scheduler::BlockUnion<>::empty_within(args.N);
 #pragma unroll
   for (int row = 0; row < BlockShape<H>::kRowsPerBlock; ++row) {
     const int64_t m = block * BlockShape<H>::kRowsPerBlock + row;

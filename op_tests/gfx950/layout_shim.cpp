@@ -88,7 +88,7 @@ int gfx950_choose_fixed_grid_splits(int heads, int small, long long M, long long
 // The kernel's facts of a block whose union of windows is [lo, hi) (empty when hi <= lo):
 // {first_key, stages, covered_end, fill_keys, overhead, fill_units, units}.
 void gfx950_block_facts(int heads, int small, int lo, int hi, int N, int clean, int* out) {
-  scheduler::BlockUnion keys;
+  auto keys = scheduler::BlockUnion<>::empty_within(N);
   keys.add(scheduler::KeyRange{lo, hi});
   const BlockFacts b = block_facts(geometry_of(heads, small != 0), N, clean != 0, keys.range(), 0, N);
   const int v[] = {b.first_key, b.stages, b.covered_end, b.fill_keys, b.overhead, b.fill_units, b.units()};
@@ -103,7 +103,7 @@ int gfx950_fixed_grid_costs(int heads, int small, int N, int clean, int splits, 
   int n = 0;
   for (int y = 0; y < splits; ++y)
     for (int b = blocks - 1; b >= 0; --b) {
-      scheduler::BlockUnion keys;
+      auto keys = scheduler::BlockUnion<>::empty_within(N);
       keys.add(scheduler::KeyRange{lo[b], hi[b]});
       const scheduler::BlockPrice price = scheduler::price_block(model, keys.range());
       const scheduler::SegmentParts parts =
