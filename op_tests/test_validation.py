@@ -110,6 +110,7 @@ BAD_INPUTS = [
     ("kv_scales-sparse", lambda a: a.update(kv_scales=a["kv_scales"].to_sparse()), {}, ValueError, r"\bkv_scales must be a dense \(strided\) tensor, got layout Sparse"),
     ("weights-sparse", lambda a: a.update(weights=a["weights"].to_sparse()), {}, ValueError, r"\bweights must be a dense \(strided\) tensor"),
     ("split_n-negative", lambda a: None, {"split_n": -1}, ValueError, r"\bsplit_n must be >= 0"),
+    ("split_n-on-cpu", lambda a: None, {"split_n": 2}, ValueError, r"\bsplit_n .*gfx950 option"),
     # devices a CPU-only machine can check: "meta" tensors mixed with CPU ones
     ("kv-on-meta", lambda a: a.update(kv=a["kv"].to("meta")), {}, RuntimeError, r"\bkv is on meta but q is on cpu"),
     ("weights-on-meta", lambda a: a.update(weights=a["weights"].to("meta")), {}, RuntimeError, r"\bweights is on meta but q is on cpu"),

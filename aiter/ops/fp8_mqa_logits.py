@@ -317,6 +317,10 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
         _check_row_major(out, "out", "N")
         for name, t in zip(_INPUT_NAMES, inputs):
             _check_no_overlap(out, t, name)
+    # Which GPU backend runs (and so whether it has a fixed grid) is the real op's to say.
+    _require(split_n == 0 or device.type != "cpu", ValueError,
+             lambda: "split_n (the fixed grid's splits) is a gfx950 option; the CPU path has no fixed grid, so "
+                     "pass split_n=0 or None")
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits", lib=_lib)
@@ -340,7 +344,8 @@ def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None
     [M, N] float32 view, stride(1) == 1, sharing no memory with an input) the result is written there
     and ``out`` is returned. ``clean_logits`` is a bool. The op is not differentiable: an input (or
     ``out``) that requires grad is an error unless grad mode is off.
-    ``split_n``: gfx950 key-range split, None or 0 = chosen by the kernel's model.
+    ``split_n``: gfx950 only (aiter's HIP op's SplitN): the fixed grid's splits per row block; None
+    or 0 lets the kernel choose. Backends without a fixed grid (CPU, sm90) refuse a nonzero value.
     ``Q=`` and ``KV=`` are accepted for ``q`` and ``kv``: aiter's Triton op names them so, and call
     sites that pass them by keyword then swap by import too.
     """

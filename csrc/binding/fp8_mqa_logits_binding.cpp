@@ -15,6 +15,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -26,19 +27,7 @@
 #include "common/fp8_mqa_logits_params.h"
 #include "cpu/fp8_mqa_logits_cpu.h"
 
-#ifdef AITER_WITH_SM90
-// The stream and the CUDA runtime only: ATen/cuda/CUDAContext.h would also pull cuBLAS/cuSPARSE
-// headers that a minimal toolkit lacks.
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-
-#include "sm90/launcher.h"
-#endif
-#ifdef AITER_WITH_GFX950
-#include <ATen/hip/HIPContext.h>
-
-#include "gfx950/launcher.h"
-#endif
+#include "binding/gpu_backends.h"
 
 namespace {
 
@@ -152,7 +141,6 @@ void check_no_overlap(const at::Tensor& out, const at::Tensor& t, const char* na
                     name, ", so pass an out that shares no memory with any input");
 }
 
-#if defined(AITER_WITH_SM90) || defined(AITER_WITH_GFX950)
 void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, const at::Tensor& kv) {
   TORCH_CHECK_VALUE(N <= kMaxDeviceRows, AITER_OP, "kv has N = ", N,
                     " keys; the GPU kernels address at most ", kMaxDeviceRows,
@@ -168,55 +156,41 @@ void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, co
                     "-byte aligned for the GPU kernels (got a view at storage offset ",
                     kv.storage_offset(), "; pass kv.clone())");
 }
-#endif
 
-void launch_gpu(const aiter::Fp8MqaLogitsParams& p, const at::Tensor& q, const at::Tensor& kv,
-                int64_t split_n) {
-#if defined(AITER_WITH_SM90)
-  (void)split_n;
-  const int dev = q.device().index();
-  int major = 0, minor = 0, sms = 0;
-  TORCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess,
-              AITER_OP, "cannot query the properties of ", q.device());
-  TORCH_CHECK_NOT_IMPLEMENTED(major == 9 && minor == 0, AITER_OP, "no kernel for sm_", major, minor,
-                              " (", q.device(), "): this build has the sm_90a (Hopper) kernel only; "
-                              "use CPU tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(aiter::fp8_mqa_logits_sm90_supports(p.H, p.D), AITER_OP,
-                              "the sm_90a kernel serves H in {32, 64} and D == 128, got q of shape ",
-                              q.sizes(), " (H = ", p.H, ", D = ", p.D, "); use CPU tensors");
-  check_device_sizes(p.M, p.N, p.H, q, kv);
-  if (p.M == 0 || p.N == 0) return;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
-  const char* err = aiter::fp8_mqa_logits_sm90_launch(p, sms, static_cast<void*>(stream));
-  TORCH_CHECK(err == nullptr, AITER_OP, "sm_90a launch failed on ", q.device(), ": ", err);
-#elif defined(AITER_WITH_GFX950)
-  const hipDeviceProp_t* props = at::hip::getCurrentDeviceProperties();
-  const std::string arch = props->gcnArchName;
-  TORCH_CHECK_NOT_IMPLEMENTED(arch.rfind("gfx950", 0) == 0, AITER_OP, "no kernel for ", arch, " (",
-                              q.device(), "): this build has the gfx950 (MI355X) kernel only; use "
-                              "CPU tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(aiter::fp8_mqa_logits_gfx950_supports(p.H, p.D), AITER_OP,
-                              "the gfx950 kernel serves H in {32, 64} and D == 128, got q of shape ",
-                              q.sizes(), " (H = ", p.H, ", D = ", p.D, "); use CPU tensors");
-  check_device_sizes(p.M, p.N, p.H, q, kv);
-  TORCH_CHECK_VALUE(split_n <= std::numeric_limits<int32_t>::max(), AITER_OP,
-                    "split_n must fit in int32, got ", split_n);
-  if (p.M == 0 || p.N == 0) return;
-  hipStream_t stream = at::hip::getCurrentHIPStream();
-  const char* err = aiter::fp8_mqa_logits_gfx950_launch(
-      p, static_cast<int>(split_n), props->multiProcessorCount, static_cast<void*>(stream));
-  TORCH_CHECK(err == nullptr, AITER_OP, "gfx950 launch failed on ", q.device(), ": ", err);
-#else
-  (void)p;
-  (void)kv;
-  (void)split_n;
-  TORCH_CHECK_NOT_IMPLEMENTED(false, AITER_OP, "q is on ", q.device(),
+// The compiled GPU backend that runs on q's device, or a NotImplementedError saying why none does.
+const aiter::GpuBackend& backend_for(const at::Device& device) {
+  const auto& table = aiter::gpu_backends();
+  TORCH_CHECK_NOT_IMPLEMENTED(!table.empty(), AITER_OP, "q is on ", device,
                               " but module_fp8_mqa_logits was built without a GPU backend "
                               "(compiled: cpu); rebuild it on a machine with the CUDA toolkit "
                               "(sm_90a) or ROCm (gfx950), or pass CPU tensors");
-#endif
+  std::string why_not;
+  for (const aiter::GpuBackend& backend : table) {
+    const char* mismatch = backend.check_device(device.index());
+    if (mismatch == nullptr) return backend;
+    why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(false, AITER_OP, "no kernel for ", device, ": ", why_not, "; use CPU tensors");
+  return table.front();  // unreachable: the check above throws
+}
+
+void launch_gpu(const aiter::Fp8MqaLogitsParams& p, const at::Tensor& q, const at::Tensor& kv,
+                int64_t split_n) {
+  const at::Device device = q.device();
+  const aiter::GpuBackend& backend = backend_for(device);
+  TORCH_CHECK_NOT_IMPLEMENTED(backend.serves(p.H, p.D), AITER_OP, "the ", backend.name, " kernel serves ",
+                              backend.serves_text, ", got q of shape ", q.sizes(), " (H = ", p.H, ", D = ", p.D,
+                              "); use CPU tensors");
+  TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is a ",
+                    "gfx950 option; the ", backend.name, " kernel has no fixed grid, so pass split_n=0 or None");
+  TORCH_CHECK_VALUE(split_n <= std::numeric_limits<int32_t>::max(), AITER_OP, "split_n must fit in int32, got ",
+                    split_n);
+  check_device_sizes(p.M, p.N, p.H, q, kv);
+  if (p.M == 0 || p.N == 0) return;
+  const c10::impl::VirtualGuardImpl guard_impl(device.type());
+  void* stream = guard_impl.getStream(device).native_handle();
+  const char* err = backend.launch(p, split_n, device.index(), stream);
+  TORCH_CHECK(err == nullptr, AITER_OP, backend.name, " launch failed on ", device, ": ", err);
 }
 
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
@@ -312,6 +286,8 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   p.clean_logits = clean_logits;
 
   if (device.is_cpu()) {
+    TORCH_CHECK_VALUE(split_n == 0, AITER_OP, "split_n (the fixed grid's splits) is a gfx950 option; the CPU ",
+                      "path has no fixed grid, so pass split_n=0 or None");
     if (M > 0 && N > 0) aiter::fp8_mqa_logits_cpu(p);
   } else {
     launch_gpu(p, q, kv, split_n);
@@ -323,12 +299,7 @@ std::string cpu_simd_variant() { return aiter::fp8_mqa_logits_cpu_variant(); }
 
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> names{"cpu"};
-#ifdef AITER_WITH_SM90
-  names.emplace_back("sm90");
-#endif
-#ifdef AITER_WITH_GFX950
-  names.emplace_back("gfx950");
-#endif
+  for (const aiter::GpuBackend& backend : aiter::gpu_backends()) names.emplace_back(backend.name);
   return names;
 }
 

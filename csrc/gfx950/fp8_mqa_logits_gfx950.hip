@@ -353,22 +353,35 @@ GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small, 64, true)
 #undef GFX950_KERNEL
 
 // ------------------------------------------------------------------------------------------------
-// Host side: support query and launcher (the ATen binding validates and calls these).
+// Host side: device check and launcher (the ATen binding validates and calls these).
 // ------------------------------------------------------------------------------------------------
 #if !defined(__HIP_DEVICE_COMPILE__)
+#include <cstring>
+
+#include "gfx950/capabilities.h"
 #include "gfx950/launch_plan.h"
 
 namespace aiter {
+namespace gfx950 {
 
-bool fp8_mqa_logits_gfx950_supports(int heads, int head_dim) {
-  return (heads == 32 || heads == 64) && head_dim == gfx950::kHeadDim;
+const char* check_device(int device_index) {
+  // The answer per device never changes: asked once (hipGetDeviceProperties is not cheap).
+  static constexpr int kMaxDevices = 64;
+  static int served[kMaxDevices];  // 0 unknown, 1 yes, 2 no; a race only repeats the question
+  int* known = device_index >= 0 && device_index < kMaxDevices ? &served[device_index] : nullptr;
+  if (known == nullptr || *known == 0) {
+    hipDeviceProp_t props;
+    if (hipGetDeviceProperties(&props, device_index) != hipSuccess)
+      return "the gfx950 backend cannot query this GPU's architecture";
+    const bool match = std::strncmp(props.gcnArchName, kArchPrefix, sizeof(kArchPrefix) - 1) == 0;
+    if (known == nullptr) return match ? nullptr : "the gfx950 backend runs on gfx950 GPUs (MI350X, MI355X) only";
+    *known = match ? 1 : 2;
+  }
+  return *known == 1 ? nullptr : "the gfx950 backend runs on gfx950 GPUs (MI350X, MI355X) only";
 }
 
-const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits,
-                                         int num_cus, void* stream) {
-  using namespace gfx950;
-  if (!fp8_mqa_logits_gfx950_supports(p.H, p.D))
-    return "fp8_mqa_logits (gfx950): needs heads in {32, 64} and head_dim 128";
+const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int device_index, void* stream) {
+  if (!serves(p.H, p.D)) return "fp8_mqa_logits (gfx950): this H and D are not served (capabilities.h)";
   if (p.M <= 0 || p.N <= 0) return nullptr;
   if (p.N > kMaxKeys)
     return "fp8_mqa_logits (gfx950): N must be below 2^25 keys (32-bit buffer offsets)";
@@ -376,6 +389,10 @@ const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int fixed_
     return "fp8_mqa_logits (gfx950): M must be below 2^30 rows";
   if ((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.kv)) % 16 != 0)
     return "fp8_mqa_logits (gfx950): q and kv must be 16-byte aligned";
+  int num_cus = 0;
+  if (hipDeviceGetAttribute(&num_cus, hipDeviceAttributeMultiprocessorCount, device_index) != hipSuccess ||
+      num_cus <= 0)
+    return "fp8_mqa_logits (gfx950): cannot query the number of CUs";
   const LaunchPlan plan = plan_launch(p.M, p.N, p.H, fixed_grid_splits, num_cus, p.clean_logits);
   KernelArgs args;
   args.q = p.q;
@@ -393,6 +410,7 @@ const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int fixed_
   args.fixed_grid_splits = plan.balanced ? 0 : plan.fixed_grid_splits;
   args.num_workgroups = plan.grid_x;
   args.reverse_blocks = plan.reverse_blocks ? 1 : 0;
+  static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 2, "the dispatch below covers every served H");
   void (*kernel)(KernelArgs) =
       p.H == 32 ? (plan.small ? fp8_mqa_logits_gfx950_h32_small : fp8_mqa_logits_gfx950_h32)
                 : (plan.small ? fp8_mqa_logits_gfx950_h64_small : fp8_mqa_logits_gfx950_h64);
@@ -402,5 +420,6 @@ const char* fp8_mqa_logits_gfx950_launch(const Fp8MqaLogitsParams& p, int fixed_
   return nullptr;
 }
 
+}  // namespace gfx950
 }  // namespace aiter
 #endif

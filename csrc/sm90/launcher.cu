@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "sm90/capabilities.h"
 #include "sm90/launcher.h"
 #include "sm90/kernel.cuh"
 
@@ -47,7 +48,7 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
 }
 
 template <int H>
-const char* launch(const Fp8MqaLogitsParams& params, int num_sms, cudaStream_t stream) {
+const char* launch_heads(const Fp8MqaLogitsParams& params, int num_sms, cudaStream_t stream) {
   CUtensorMap q_map, k_map;
   if (!make_row_map(&q_map, params.q, static_cast<uint64_t>(params.M) * H, sm90::kQBoxRows) ||
       !make_row_map(&k_map, params.kv, static_cast<uint64_t>(params.N), sm90::kKeysPerTile))
@@ -64,20 +65,32 @@ const char* launch(const Fp8MqaLogitsParams& params, int num_sms, cudaStream_t s
 
 }  // namespace
 
-bool fp8_mqa_logits_sm90_supports(int heads, int head_dim) {
-  return (heads == 32 || heads == 64) && head_dim == sm90::kHeadDim;
+namespace sm90 {
+
+const char* check_device(int device_index) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) != cudaSuccess)
+    return "the sm90 backend cannot query this GPU's compute capability";
+  if (major != kComputeCapability[0] || minor != kComputeCapability[1])
+    return "the sm90 backend (sm_90a: wgmma, TMA) runs on compute capability 9.0 (H100, H200) only";
+  return nullptr;
 }
 
-const char* fp8_mqa_logits_sm90_launch(const Fp8MqaLogitsParams& params, int num_sms, void* stream) {
-  if (!fp8_mqa_logits_sm90_supports(params.H, params.D))
-    return "fp8_mqa_logits (sm90): needs H in {32, 64} and D == 128";
-  if (num_sms <= 0) return "fp8_mqa_logits (sm90): num_sms must be positive";
+const char* launch(const Fp8MqaLogitsParams& params, int device_index, void* stream) {
+  if (!serves(params.H, params.D)) return "fp8_mqa_logits (sm90): this H and D are not served (capabilities.h)";
+  int num_sms = 0;
+  if (cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device_index) != cudaSuccess || num_sms <= 0)
+    return "fp8_mqa_logits (sm90): cannot query the number of SMs";
   // Keys and Q-tile rows are 32-bit TMA coordinates and key indices; output offsets are 64-bit.
-  if (params.N >= (int64_t(1) << 31) - sm90::kKeysPerTile ||
-      params.M * params.H >= (int64_t(1) << 31) - sm90::kQTileCols)
+  if (params.N >= (int64_t(1) << 31) - kKeysPerTile || params.M * params.H >= (int64_t(1) << 31) - kQTileCols)
     return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 minus one tile (64 keys, one Q tile)";
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
-  return params.H == 32 ? launch<32>(params, num_sms, cuda_stream) : launch<64>(params, num_sms, cuda_stream);
+  static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 2, "the dispatch below covers every served H");
+  return params.H == 32 ? launch_heads<32>(params, num_sms, cuda_stream)
+                        : launch_heads<64>(params, num_sms, cuda_stream);
 }
+
+}  // namespace sm90
 
 }  // namespace aiter

@@ -4,15 +4,20 @@
 //
 // Tensors: as in common/fp8_mqa_logits_params.h (Q [M, H, D] and K [N, D] e4m3, out [M, N] f32, ...).
 // Why torch-free: the ATen binding validates the arguments, fills Fp8MqaLogitsParams and calls these
-// on the current stream; only launcher.cu is compiled by nvcc.
+// through its backend table on the current stream; only launcher.cu is compiled by nvcc. What the
+// backend serves (H, D, the device) is stated once, in sm90/capabilities.h.
 #pragma once
 #include "common/fp8_mqa_logits_params.h"
 
 namespace aiter {
+namespace sm90 {
 
-// H in {32, 64}, D == 128.
-bool fp8_mqa_logits_sm90_supports(int heads, int head_dim);
-// `stream` is a cudaStream_t. Returns nullptr on success, else a static message.
-const char* fp8_mqa_logits_sm90_launch(const Fp8MqaLogitsParams& params, int num_sms, void* stream);
+// nullptr when GPU `device_index` runs this backend (compute capability kComputeCapability), else a
+// static sentence saying what it runs on.
+const char* check_device(int device_index);
+// Launches on `stream` (a cudaStream_t) of GPU `device_index`, one persistent CTA per SM. Returns
+// nullptr on success, else a static message.
+const char* launch(const Fp8MqaLogitsParams& params, int device_index, void* stream);
 
+}  // namespace sm90
 }  // namespace aiter

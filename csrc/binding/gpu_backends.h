@@ -1,0 +1,64 @@
+// The table of GPU backends compiled into module_fp8_mqa_logits: the only place the binding names a
+// backend. Each entry forwards to the backend's own launcher and capability statement
+// (csrc/<backend>/launcher.h, capabilities.h); the binding checks a call against the entry that runs
+// on q's GPU and launches through it. Torch-free and vendor-runtime-free: the binding stays one
+// host-compiler file whatever the build holds.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/fp8_mqa_logits_params.h"
+
+#ifdef AITER_WITH_SM90
+#include "sm90/capabilities.h"
+#include "sm90/launcher.h"
+#endif
+#ifdef AITER_WITH_GFX950
+#include "gfx950/capabilities.h"
+#include "gfx950/launcher.h"
+#endif
+
+namespace aiter {
+
+struct GpuBackend {
+  const char* name;            // the JIT target of the same name
+  std::string serves_text;     // "H in {32, 64} and D in {128}"
+  bool has_fixed_grid;         // takes split_n (fixed-grid splits); others refuse a nonzero one
+  bool (*serves)(long long heads, long long head_dim);
+  const char* (*check_device)(int device_index);  // nullptr when the GPU runs this backend
+  const char* (*launch)(const Fp8MqaLogitsParams& params, int64_t split_n, int device_index, void* stream);
+};
+
+template <size_t Heads, size_t HeadDims>
+std::string describe_served(const int (&heads)[Heads], const int (&head_dims)[HeadDims]) {
+  auto list = [](const int* values, size_t count) {
+    std::string text = "{";
+    for (size_t i = 0; i < count; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+    return text + "}";
+  };
+  return "H in " + list(heads, Heads) + " and D in " + list(head_dims, HeadDims);
+}
+
+// The compiled GPU backends, in the order they are tried for a device.
+inline const std::vector<GpuBackend>& gpu_backends() {
+  static const std::vector<GpuBackend> table = {
+#ifdef AITER_WITH_SM90
+      {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), false,
+       [](long long heads, long long head_dim) { return sm90::serves(heads, head_dim); }, &sm90::check_device,
+       [](const Fp8MqaLogitsParams& params, int64_t, int device_index, void* stream) {
+         return sm90::launch(params, device_index, stream);
+       }},
+#endif
+#ifdef AITER_WITH_GFX950
+      {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), true,
+       [](long long heads, long long head_dim) { return gfx950::serves(heads, head_dim); }, &gfx950::check_device,
+       [](const Fp8MqaLogitsParams& params, int64_t split_n, int device_index, void* stream) {
+         return gfx950::launch(params, static_cast<int>(split_n), device_index, stream);
+       }},
+#endif
+  };
+  return table;
+}
+
+}  // namespace aiter
