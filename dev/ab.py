@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="alternating A/B rounds per row")
     parser.add_argument("--iters", type=int, default=10, help="timed calls per round")
     parser.add_argument("--out", metavar="PREFIX")
+    parser.add_argument("--jit-root", metavar="DIR", help="JIT caches DIR/jit-NAME (default: a new temp dir)")
     parser.add_argument("--smoke", action="store_true", help="CPU, two tiny shapes: checks the script itself")
     args = parser.parse_args(argv)
     trees = [t.split("=", 1) for t in args.tree]
@@ -133,7 +134,8 @@ def main(argv=None) -> int:
     device = "cpu" if args.smoke else "cuda"
     shapes = (("causal", 64, 256), ("short64", 200, 300)) if args.smoke else BENCHMARK_SHAPES + (SHORT_WINDOWS,)
     scratch = Path(tempfile.mkdtemp(prefix="aiter_ab_"))
-    workers = [Worker(name, Path(tree).resolve(), flags, scratch / f"jit-{name}", device) for name, tree, flags in trees]
+    jit_root = Path(args.jit_root) if args.jit_root else scratch
+    workers = [Worker(name, Path(tree).resolve(), flags, jit_root / f"jit-{name}", device) for name, tree, flags in trees]
     names = [w.name for w in workers]
     heads = tuple(int(h) for h in args.heads.split(","))
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
