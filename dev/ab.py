@@ -8,7 +8,7 @@ public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. A tree may
 for the GPU compiler (NAME=DIR:FLAGS, passed as AITER_JIT_EXTRA_CUDA_CFLAGS), which is how a
 measurement variant is built without shipping its hook. The driver asks the two
 workers in turn, row by row and repetition by repetition (never both at once), so clock and power
-drift hit A and B alike; each answer is a median of CUDA-event timings with a cold L2. Before the
+drift hit A and B alike (A B, then B A); each answer is a median of CUDA-event timings with a cold L2. Before the
 timings of a row the two outputs are compared on a sample of rows, in-window elements only.
 """
 
@@ -117,8 +117,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python dev/ab.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[:FLAGS]", help="exactly two")
     parser.add_argument("--heads", default="32,64")
+    parser.add_argument("--shapes", help="mode:MxN,... (default: the benchmark's shapes and short64:65536x65536)")
     parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
-    parser.add_argument("--reps", type=int, default=3, help="alternating A/B rounds per row")
+    parser.add_argument("--reps", type=int, default=4, help="A/B rounds per row, in A B / B A order")
     parser.add_argument("--iters", type=int, default=10, help="timed calls per round")
     parser.add_argument("--out", metavar="PREFIX")
     parser.add_argument("--jit-root", metavar="DIR", help="JIT caches DIR/jit-NAME (default: a new temp dir)")
@@ -133,6 +134,9 @@ def main(argv=None) -> int:
 
     device = "cpu" if args.smoke else "cuda"
     shapes = (("causal", 64, 256), ("short64", 200, 300)) if args.smoke else BENCHMARK_SHAPES + (SHORT_WINDOWS,)
+    if args.shapes:
+        shapes = tuple((mode, *map(int, dims.lower().split("x")))
+                       for mode, dims in (item.split(":") for item in args.shapes.split(",")))
     scratch = Path(tempfile.mkdtemp(prefix="aiter_ab_"))
     jit_root = Path(args.jit_root) if args.jit_root else scratch
     workers = [Worker(name, Path(tree).resolve(), flags, jit_root / f"jit-{name}", device) for name, tree, flags in trees]
@@ -155,9 +159,11 @@ def main(argv=None) -> int:
                     print(f"warning: {M}x{N} {mode} H={H} clean={clean}: builds differ (rel L2 {diff:.2e},"
                           f" same -inf mask {same_mask})", file=sys.stderr)
                 times = [[], []]
-                for _ in range(args.reps):
-                    for i, w in enumerate(workers):
-                        times[i].append(w.ask(what="time", **request)["us"])
+                for rep in range(args.reps):
+                    # A B, then B A: the second of two back-to-back runs can find the chip hotter (700 W
+                    # cap), so neither tree is always second.
+                    for i in ((0, 1) if rep % 2 == 0 else (1, 0)):
+                        times[i].append(workers[i].ask(what="time", **request)["us"])
                 us = [statistics.median(t) for t in times]
                 row = dict(shape=f"{M}x{N}", mode=mode, H=H, clean=clean, a_us=us[0], b_us=us[1],
                            ratio=us[1] / us[0], rel_l2_between=diff, same_mask=same_mask)

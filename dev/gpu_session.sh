@@ -26,7 +26,7 @@ print('first use:', round(time.time() - t, 1), 's', json.dumps(core.last_load_in
 print('cached load in a new process:', round(time.time() - t, 3), 's (import of torch excluded)')" 2>&1 | tee -a "$OUT/jit.txt"
   python -m pytest op_tests/test_fp8_mqa_logits.py op_tests/test_gpu_integration.py op_tests/test_validation.py \
     op_tests/test_api.py -k "cuda or gpu" -q -rs 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
-  python examples/vllm_indexer_chunk.py --heads 64 2>&1 | tail -3 | tee "$OUT/example.txt"
+  PYTHONPATH=. python examples/vllm_indexer_chunk.py --heads 64 2>&1 | tail -3 | tee "$OUT/example.txt"
   python -m dev.sm90.precision 2>&1 | tail -12 | tee "$OUT/precision.txt"
   ;;
 ab)
