@@ -49,6 +49,8 @@
 // CPU path does not even need the kv_scale > 0 precondition the device kernels rely on.
 #include "cpu/fp8_mqa_logits_cpu.h"
 
+#include "common/work_scheduler.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -461,30 +463,27 @@ void fill_neg_inf(float* row, int64_t begin, int64_t end) {
   if (begin < end) std::fill(row + begin, row + end, -std::numeric_limits<float>::infinity());
 }
 
-// The clamped windows [s, e) of rows [r0, r1) (empty or inverted: s = e = 0), -inf outside them
-// within keys [c0, c1) when clean_logits, and the key range [lo, hi) that any of the rows needs there
-// (empty: lo >= hi).
+// The clamped windows [s, e) of rows [r0, r1) (scheduler::row_window; empty or inverted: s = e = 0),
+// -inf outside them within keys [c0, c1) when clean_logits, and the key range [lo, hi) that any of
+// the rows needs there: the union of the windows' parts inside [c0, c1) (empty: lo = hi = 0).
 AITER_CPU_INLINE void task_windows(const Fp8MqaLogitsParams& p, int64_t r0, int64_t r1, int64_t c0,
                                    int64_t c1, int64_t* s, int64_t* e, int64_t* lo, int64_t* hi) {
-  const int64_t N = p.N;
-  *lo = c1;
-  *hi = c0;
+  const scheduler::KeyRange chunk{c0, c1};
+  auto task_union = scheduler::BlockUnion<>::empty_within(p.N);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r - r0;
-    s[i] = std::min<int64_t>(std::max<int64_t>(p.ks[r], 0), N);
-    e[i] = std::min<int64_t>(std::max<int64_t>(p.ke[r], 0), N);
-    if (s[i] >= e[i]) s[i] = e[i] = 0;  // empty or inverted: no key at all
+    const scheduler::KeyRange window = scheduler::row_window(p.ks[r], p.ke[r], p.N);
+    s[i] = window.empty() ? 0 : window.begin;
+    e[i] = window.empty() ? 0 : window.end;
     if (p.clean_logits) {
       float* out_row = p.out + r * p.out_stride;
       fill_neg_inf(out_row, c0, std::min(c1, s[i]));
       fill_neg_inf(out_row, std::max(c0, e[i]), c1);  // an empty row (s = e = 0) is all -inf
     }
-    const int64_t a = std::max(s[i], c0), z = std::min(e[i], c1);
-    if (a < z) {
-      *lo = std::min(*lo, a);
-      *hi = std::max(*hi, z);
-    }
+    task_union.add(scheduler::intersect(window, chunk));
   }
+  *lo = task_union.range().begin;
+  *hi = task_union.range().end;
 }
 
 template <class F>
