@@ -49,6 +49,7 @@
 // CPU path does not even need the kv_scale > 0 precondition the device kernels rely on.
 #include "cpu/fp8_mqa_logits_cpu.h"
 
+#include "common/e4m3.h"
 #include "common/work_scheduler.h"
 
 #include <ATen/Parallel.h>
@@ -79,29 +80,6 @@ namespace {
 
 using cpu::kKeyBlock;
 using cpu::kMaxRowsPerTask;
-
-// e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN.
-struct E4m3Table {
-  float value[256];
-  E4m3Table() {
-    for (int b = 0; b < 256; ++b) {
-      const int exponent = (b >> 3) & 15, mantissa = b & 7;
-      float magnitude;
-      if (exponent == 15 && mantissa == 7)
-        magnitude = std::numeric_limits<float>::quiet_NaN();
-      else if (exponent == 0)
-        magnitude = std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m/8 * 2^-6
-      else
-        magnitude = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // (1+m/8) 2^(e-7)
-      value[b] = (b & 0x80) ? -magnitude : magnitude;
-    }
-  }
-};
-
-const float* e4m3_table() {
-  static const E4m3Table table;
-  return table.value;
-}
 
 // The same values as bf16 bit patterns: the top half of the fp32 bits, exact for 3-bit mantissas.
 struct E4m3Bf16Table {

@@ -28,6 +28,7 @@
 #include "gfx950/launch_plan.h"
 #include "gfx950/layout.h"
 #include "gfx950/plan.h"
+#include "common/e4m3.h"
 
 using namespace aiter::gfx950;
 using aiter::Fp8MqaLogitsParams;
@@ -35,22 +36,7 @@ namespace scheduler = aiter::scheduler;
 
 namespace {
 
-float fp8_to_float(uint8_t b) {
-  const int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
-  float v;
-  if (exp == 15 && man == 7) return NAN;
-  if (exp == 0) v = std::ldexp(float(man), -9);
-  else v = std::ldexp(float(8 + man), exp - 10);
-  return sign ? -v : v;
-}
-
-struct Table {
-  float v[256];
-  Table() {
-    for (int i = 0; i < 256; ++i) v[i] = fp8_to_float(uint8_t(i));
-  }
-};
-const Table kFp8;
+const float* const kFp8 = aiter::e4m3_table();
 
 // Which head_dim index (k of the MFMA) byte b of lane half h holds inside the hardware. The
 // kernel's result must not depend on it (A and B share the permutation); the tests run two.
@@ -227,8 +213,8 @@ struct Emulator {
     for (int lane = 0; lane < kLanes; ++lane)
       for (int byte = 0; byte < 32; ++byte) {
         const int k = hw_k(kmap, lane / 32, byte);
-        av[lane % 32][k] = kFp8.v[a.b[lane][byte]];
-        bv[k][lane % 32] = kFp8.v[b.b[lane][byte]];
+        av[lane % 32][k] = kFp8[a.b[lane][byte]];
+        bv[k][lane % 32] = kFp8[b.b[lane][byte]];
       }
     for (int lane = 0; lane < kLanes; ++lane)
       for (int v = 0; v < 16; ++v) {
@@ -556,6 +542,6 @@ int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int
 }
 
 // The fp8 e4m3fn decode the emulator uses (checked against torch by the tests).
-float gfx950_fp8_to_float(int b) { return kFp8.v[b & 255]; }
+float gfx950_fp8_to_float(int b) { return kFp8[b & 255]; }
 
 }  // extern "C"
