@@ -44,15 +44,21 @@ __device__ __forceinline__ void fill_row_run(float* row, int begin, int end, int
 // the span first, then right of it). This CTA's share of them is written row by row in contiguous
 // runs: a long run by all three warps (1.5 KiB per store round), a short one (up to kFillShortRun
 // columns) by one warp, so three rows go at once and a run costs one warp's loop overhead.
-// The spans of kFillBatchBlocks blocks are derived at once, one block per thread, before the walk:
-// near the end of a causal chunk a CTA's share spans hundreds of blocks of a tile or two each, and
-// one dependent load per block would make the walk latency-bound.
+// The row windows of kFillBatchBlocks blocks are loaded at once, one row per fill thread (one round
+// of independent loads), and each block's union is folded from shared memory in the walk: near the
+// end of a causal chunk a CTA's share spans hundreds of blocks of a tile or two each, and dependent
+// loads per block would make the walk latency-bound. (Deriving each block's span on one thread
+// instead, its kRowsPerBlock row loads in turn, measured on the H200 +8% on 1024x1024 causal H=64
+// and +3% on 4096x32768 causal H=64, clean or not: not the fill's own time, but with that code
+// ptxas scheduled the H=64 math epilogue worse, its 48 relu FADDs sunk below the k_empty arrive and
+// the first-tile branch instead of issued right after the wgmma wait. Check that schedule in the
+// SASS when this function changes.)
 template <int H>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
   using Shape = BlockShape<H>;
   constexpr int kRows = Shape::kRowsPerBlock;
   constexpr int kWarps = kFillThreads / 32;
-  static_assert(Shape::kFillBatchBlocks <= kMaxFillBatchBlocks, "SharedStorage::fill_span holds a batch");
+  static_assert(Shape::kFillBatchBlocks * kRows <= kFillThreads, "SharedStorage::fill_window holds a batch");
   const scheduler::CostModel model = cost_model(args);
   const PlanShare share = smem.plan_share[kFillList];
   int64_t block = share.block;
@@ -61,11 +67,21 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
   const bool vec_ok = (reinterpret_cast<uintptr_t>(args.out) % 16 == 0) && (args.out_stride % 4 == 0);
   const int64_t blocks = Shape::num_blocks(args);
   while (units_left > 0 && block < blocks) {
-    if (tid < Shape::kFillBatchBlocks && block + tid < blocks)
-      smem.fill_span[tid] = scheduler::tile_span(model, load_block_union<H>(args, block + tid).range());
+    if (tid < Shape::kFillBatchBlocks * kRows) {
+      const int64_t m = block * kRows + tid;  // rows past M have no window
+      const scheduler::KeyRange window = m < args.M ? load_row_window(args, m) : scheduler::KeyRange{0, 0};
+      smem.fill_window[tid] = make_int2(static_cast<int>(window.begin), static_cast<int>(window.end));
+    }
     fill_warps_sync();
     for (int batch = 0; batch < Shape::kFillBatchBlocks && units_left > 0 && block < blocks; ++batch, ++block) {
-      const scheduler::TileSpan span = smem.fill_span[batch];
+      // The block's union in 32 bits (windows lie in [0, N], N < 2^31), from the batch's windows.
+      auto block_union = scheduler::BlockUnion<int>::empty_within(args.N);
+#pragma unroll
+      for (int row = 0; row < kRows; ++row) {
+        const int2 window = smem.fill_window[batch * kRows + row];
+        block_union.add(scheduler::KeyRange{window.x, window.y});
+      }
+      const scheduler::TileSpan span = scheduler::tile_span(model, block_union.range());
       const int64_t take = min(units_left, scheduler::price_block(model, span).fill - unit);
       // Fill units [unit, unit + take) as fill keys, then as at most two column runs.
       const int64_t fill_begin = unit * kKeysPerTile;

@@ -8,7 +8,7 @@
 //   k[stage]       one K tile: 64 rows (keys) of 128 e4m3 bytes, same swizzle (kKStages stages, a ring)
 //   weights[slot]  the block's weights w[m, h] (f32), permuted into the math threads' order (weight_index)
 //   window[slot]   the block's clamped row windows, for the epilogue's in-window test
-//   the plan scan's scratch and result, the fill's batch of block spans, the exact path's staging
+//   the plan scan's scratch and result, the fill's batch of row windows, the exact path's staging
 // Why a type: every role addresses the same bytes, and the launcher sizes the dynamic shared memory
 // with sizeof(SharedStorage); the tiles need 1024-byte alignment (the swizzle atom).
 #pragma once
@@ -53,7 +53,7 @@ struct SharedStorage {
   int64_t plan_prefix[kThreads][2];  // plan scan: each thread's units (compute, fill), then their exclusive prefix
   int64_t plan_total[2];             // units in each list
   PlanShare plan_share[2];           // this CTA's share of each list
-  scheduler::TileSpan fill_span[kMaxFillBatchBlocks];  // compute spans of the blocks the fill warps walk next
+  int2 fill_window[kFillThreads];    // clamped windows of the rows of the blocks the fill warps walk next
   int64_t exact_row[kFillThreads];   // candidate rows of the exact path (-1: not short), and
   int2 exact_window[kFillThreads];   // their clamped windows
   double exact_part[kExactKeys][64];  // relu(q.k) * w per (key, head) of the row in hand
