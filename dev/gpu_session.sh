@@ -28,6 +28,7 @@ print('cached load in a new process:', round(time.time() - t, 3), 's (import of 
     op_tests/test_api.py -k "cuda or gpu" -q -rs 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
   PYTHONPATH=. python examples/vllm_indexer_chunk.py --heads 64 2>&1 | tail -3 | tee "$OUT/example.txt"
   python -m dev.sm90.precision 2>&1 | tail -12 | tee "$OUT/precision.txt"
+  AITER_JIT_DIR=$JIT_ROOT/jit-new python -m dev.sm90.plan_cost 2>&1 | tee "$OUT/plan_cost.txt" | tail -22
   ;;
 ab)
   python dev/ab.py --tree base="$2" --tree new=. --jit-root $JIT_ROOT --out "$OUT/ab" 2>&1 | tee "$OUT/ab.txt"
