@@ -173,7 +173,8 @@ TINY_DRIVER = textwrap.dedent(
     spec = core.ModuleSpec(
         name="tiny_jit_test", sources=(os.path.join(root, "tiny.cpp"),), root=root, targets=("cpu",),
         extra_cflags=tuple(os.environ.get("TINY_CFLAGS", "-O1").split()),
-        extra_ldflags=tuple(core._link_flags()), include_dirs=(os.path.join(root, "include"),))
+        extra_ldflags=tuple(core._link_flags()), include_dirs=(os.path.join(root, "include"),),
+        source_dirs=(os.path.join(root, "include"),))
     if sys.argv[2] == "key":
         print(json.dumps({"key": core.cache_key(spec), "lock": str(core.cache_root() / spec.name / (core.cache_key(spec) + ".lock"))}))
     else:
@@ -357,9 +358,14 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     assert any(s.endswith(".cu") for s in sm90.sources)
     gfx = core.module_spec(("cpu", "gfx950"))
     assert "-DAITER_WITH_GFX950" in gfx.extra_cflags and "--offload-arch=gfx950" in gfx.extra_cuda_cflags
+    # The key covers the folders of the module's targets, and only those: an sm90 edit does not
+    # rebuild a CPU-only module.
+    csrc = core.build_config.csrc_dir()
     hashed = core._hashed_files(cpu)
-    headers = [p for p in core.build_config.csrc_dir().rglob("*") if p.suffix in core.HEADER_SUFFIXES]
-    assert headers and all(os.fspath(p) in hashed for p in headers)
+    for folder in core.build_config.COMMON_SOURCE_DIRS:
+        assert all(os.fspath(p) in hashed for p in (csrc / folder).rglob("*") if p.is_file()), folder
+    assert not any("/sm90/" in p or "/gfx950/" in p for p in hashed)
+    assert any("/sm90/" in p for p in core._hashed_files(sm90))
     monkeypatch.setenv("AITER_JIT_EXTRA_CUDA_CFLAGS", "-DAITER_SOMETHING")
     assert core.cache_key(core.module_spec(("cpu", "sm90"))) != core.cache_key(sm90)
     assert core.module_spec(("cpu", "sm90")).extra_cuda_cflags[-1] == "-DAITER_SOMETHING"
@@ -688,3 +694,44 @@ def test_build_says_what_it_builds_and_how_long_it_took(tiny):
     done = re.fullmatch(r"aiter: built tiny_jit_test for cpu in (\d+\.\d) s \((.+)\)", lines[-1])
     assert done and Path(done[2]) == Path(info["path"]).parent, err
     assert 0 < float(done[1]) < 300
+
+
+def _quoted_includes(path: Path, targets) -> list:
+    """The file's quoted #include names, skipping those under #ifdef AITER_WITH_<TARGET> of a target
+    the build does not have (other conditionals count as taken)."""
+    names, taken = [], [True]
+    for line in path.read_text().splitlines():
+        directive = line.strip()
+        guard = re.match(r"#\s*ifdef\s+AITER_WITH_(\w+)", directive)
+        if guard:
+            taken.append(taken[-1] and guard.group(1).lower() in targets)
+        elif re.match(r"#\s*if", directive):
+            taken.append(taken[-1])
+        elif re.match(r"#\s*endif", directive):
+            taken.pop()
+        else:
+            include = re.match(r'#\s*include\s+"([^"]+)"', directive)
+            if include and taken[-1]:
+                names.append(include.group(1))
+    return names
+
+
+@pytest.mark.parametrize("targets", [("cpu",), ("cpu", "sm90"), ("cpu", "gfx950")], ids="+".join)
+def test_every_include_of_a_target_lies_in_its_hashed_folders(targets):
+    """What the key hashes is all a build reads: every quoted #include reachable from the target's
+    sources resolves to a file in its source folders (else an edit there would load a stale build)."""
+    spec = core.module_spec(targets)
+    csrc = Path(spec.root)
+    hashed = set(core._hashed_files(spec))
+    pending, seen = [Path(s) for s in spec.sources], set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _quoted_includes(path, targets):
+            candidates = [path.parent / name, csrc / name]
+            found = next((c for c in candidates if c.is_file()), None)
+            assert found is not None, f"{path}: #include \"{name}\" not found under csrc/"
+            assert os.fspath(found.resolve()) in hashed, f"{path} includes {found}, which the key does not hash"
+            pending.append(found.resolve())

@@ -27,6 +27,12 @@ SM90_SOURCES = ("sm90/launcher.cu",)
 GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
 INCLUDE_DIRS = (".",)
+# The folders whose files make up each target: the JIT's cache key hashes these (and nothing else
+# under csrc/), so an edit to one backend does not rebuild a module without it. Every quoted
+# #include of a target's sources resolves inside them (op_tests/test_jit.py checks).
+COMMON_SOURCE_DIRS = ("common", "binding", "cpu")
+SM90_SOURCE_DIRS = ("sm90",)
+GFX950_SOURCE_DIRS = ("gfx950",)
 
 CXX_FLAGS = ["-O3", "-std=c++17"]
 # -gencode form: nvcc 13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma.

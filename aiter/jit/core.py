@@ -67,7 +67,6 @@ BUILDER_VERSION = 2
 # A lock whose holder stopped heart-beating this long ago (or whose holder is dead) is stale.
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 HEARTBEAT_S = 10.0
-HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".inc", ".inl")
 ERROR_LINES = 12
 
 
@@ -87,6 +86,7 @@ class ModuleSpec:
     extra_cuda_cflags: tuple = ()
     extra_ldflags: tuple = ()
     include_dirs: tuple = ()  # absolute paths
+    source_dirs: tuple = ()  # absolute paths: every file in them is part of the key
 
     @property
     def label(self) -> str:
@@ -154,14 +154,17 @@ def module_spec(targets=None) -> ModuleSpec:
     targets = tuple(targets) if targets is not None else detect_targets()
     root = build_config.csrc_dir()
     names = list(build_config.COMMON_SOURCES)
+    dirs = list(build_config.COMMON_SOURCE_DIRS)
     cflags = list(build_config.CXX_FLAGS)
     cuda_cflags: list = []
     if "sm90" in targets:
         names += build_config.SM90_SOURCES
+        dirs += build_config.SM90_SOURCE_DIRS
         cflags.append("-DAITER_WITH_SM90")  # the binding (host compiler) must see it too
         cuda_cflags += build_config.SM90_NVCC_FLAGS
     if "gfx950" in targets:
         names += build_config.GFX950_SOURCES
+        dirs += build_config.GFX950_SOURCE_DIRS
         cflags.append("-DAITER_WITH_GFX950")
         cuda_cflags += build_config.GFX950_HIP_FLAGS
     # Debug, test and A/B hooks: extra host flags (e.g. "-include broken.h" to exercise the failure
@@ -179,6 +182,7 @@ def module_spec(targets=None) -> ModuleSpec:
         extra_cuda_cflags=tuple(cuda_cflags),
         extra_ldflags=tuple(_link_flags()),
         include_dirs=tuple(os.fspath(root / d) for d in build_config.INCLUDE_DIRS),
+        source_dirs=tuple(os.fspath(root / d) for d in dirs),
     )
 
 
@@ -202,13 +206,11 @@ def _file_digest(path: str) -> str:
 
 
 def _hashed_files(spec: ModuleSpec) -> list:
-    """The sources, every file in the include dirs and every header anywhere under the root."""
+    """The sources and every file in the spec's source folders (its targets' folders under csrc/)."""
     files = set(os.path.abspath(s) for s in spec.sources)
-    for d in spec.include_dirs:
+    for d in spec.source_dirs:
         for dirpath, _, filenames in os.walk(d):
             files.update(os.path.join(dirpath, f) for f in filenames)
-    for dirpath, _, filenames in os.walk(spec.root):
-        files.update(os.path.join(dirpath, f) for f in filenames if f.endswith(HEADER_SUFFIXES))
     return sorted(files)
 
 
