@@ -12,6 +12,7 @@ each compile in a process group of its own.
 """
 
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -27,20 +28,23 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def _load_processes_module():
+    # By path: aiter/jit/ is off sys.path here (above), and the package need not be importable.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "processes.py")
+    spec = importlib.util.spec_from_file_location("aiter_jit_processes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+processes = _load_processes_module()
+
+
 def descendants(root: int) -> list:
-    """The live (not zombie) processes below ``root``, from /proc."""
+    """The live (not zombie) processes below ``root``."""
     children: dict = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
-        if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(name))
+    for pid, parent, _ in processes.live_processes():
+        children.setdefault(parent, []).append(pid)
     found, todo = [], [root]
     while todo:
         for pid in children.get(todo.pop(), ()):

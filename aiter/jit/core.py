@@ -60,7 +60,7 @@ from pathlib import Path
 
 import torch
 
-from . import build_config
+from . import build_config, processes
 
 # Bump when the way this file builds changes, so old cache entries are not reused.
 BUILDER_VERSION = 2
@@ -527,24 +527,8 @@ def _cleanup_orphans(module_dir: Path, key: str):
 
 
 def _processes_in_group(pgid: int) -> list:
-    """The live processes of process group ``pgid`` other than its leader, from /proc."""
-    found = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == pgid:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()  # the command name may hold spaces and ')'
-        if fields[0] != b"Z" and int(fields[2]) == pgid:
-            found.append(int(name))
-    return found
+    """The live processes of process group ``pgid`` other than its leader."""
+    return [pid for pid, _, group in processes.live_processes() if group == pgid and pid != pgid]
 
 
 def _exited(pid: int, timeout: float) -> bool:
