@@ -110,7 +110,18 @@ def test_deepgemm_call_form_matches_aiter_form():
     assert torch.equal(a[inside], c[inside])
     with pytest.raises(TypeError, match="kv must be the pair"):
         fp8_mqa_logits_deepgemm(q, kv, w, ks, ke)
-    assert torch.equal(a, fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=61))
+    assert torch.equal(a, fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=0))
+
+
+def test_deepgemm_compressed_layout_is_refused_not_silently_full():
+    """max_seqlen_k > 0 asks for DeepGEMM's compressed layout (vLLM's CUDA path always does); the full
+    layout in its place would feed the caller's top-k the wrong columns, so the call is refused."""
+    q, kv, s, w, ks, ke = _case(mode="causal")
+    with pytest.raises(NotImplementedError, match=r"max_seqlen_k > 0"):
+        fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=61)
+    for bad in (-1, 2.0, True, None):
+        with pytest.raises(ValueError, match=r"max_seqlen_k must be an int >= 0"):
+            fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=bad)
 
 
 def test_aiter_keyword_names_Q_and_KV():

@@ -379,11 +379,20 @@ def _one_of(value, alias, name, alias_name):
 def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
     """DeepGEMM's call form: ``fp8_mqa_logits(q, (kv, kv_scales), weights, ks, ke, clean_logits)``.
 
-    ``max_seqlen_k`` (a sizing hint some DeepGEMM versions take) is accepted and not needed here.
+    ``max_seqlen_k > 0`` asks DeepGEMM for its compressed layout (row m holds keys ks[m]..ke[m]-1 from
+    column 0, [M, max_seqlen_k]); that layout is not implemented yet, and returning the full [M, N]
+    layout instead would make a caller's top-k read the wrong columns, so it is refused.
     """
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError("fp8_mqa_logits_deepgemm: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
     _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits_deepgemm")
+    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
+        raise ValueError(f"fp8_mqa_logits_deepgemm: max_seqlen_k must be an int >= 0, got {max_seqlen_k!r}")
+    if max_seqlen_k > 0:
+        raise NotImplementedError(
+            "fp8_mqa_logits_deepgemm: compressed logits (max_seqlen_k > 0: row m holds keys ks[m]..ke[m]-1 "
+            "from column 0) are not implemented yet; pass max_seqlen_k=0 for the full [M, N] layout and "
+            "read row m's window at columns ks[m]..ke[m]-1")
     kv_fp8, kv_scales = kv
     return fp8_mqa_logits(q, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits)
 
