@@ -22,6 +22,7 @@ class Backend:
     head_dims: tuple | None  # None: any D >= 1
     compute_capability: tuple | None = None  # CUDA devices this backend runs on
     arch_prefix: str | None = None  # ROCm devices (gcnArchName prefix)
+    has_fixed_grid: bool = False  # takes the caller's split_n
 
     def serves(self, heads: int, head_dim: int) -> bool:
         if heads < 1 or head_dim < 1:
@@ -37,12 +38,14 @@ class Backend:
 
 _INT_LIST = re.compile(r"constexpr\s+int\s+(k\w+)\[\]\s*=\s*\{([^}]*)\};")
 _STRING = re.compile(r"constexpr\s+const\s+char\s+(k\w+)\[\]\s*=\s*\"([^\"]*)\";")
+_BOOL = re.compile(r"constexpr\s+bool\s+(k\w+)\s*=\s*(true|false);")
 
 
 def _read_capabilities(backend: str) -> dict:
     text = (build_config.csrc_dir() / backend / "capabilities.h").read_text()
     facts: dict = {name: tuple(int(v) for v in body.split(",") if v.strip()) for name, body in _INT_LIST.findall(text)}
     facts.update(_STRING.findall(text))
+    facts.update((name, value == "true") for name, value in _BOOL.findall(text))
     return facts
 
 
@@ -57,6 +60,7 @@ def _gpu_backend(name: str) -> Backend:
         head_dims=facts["kServedHeadDims"],
         compute_capability=facts.get("kComputeCapability"),
         arch_prefix=facts.get("kArchPrefix"),
+        has_fixed_grid=facts.get("kHasFixedGrid", False),
     )
 
 

@@ -27,6 +27,7 @@ int main() {
   print("heads", kServedHeads);
   print("head_dims", kServedHeadDims);
   std::printf("serves %d %d\n", serves(kServedHeads[0], kServedHeadDims[0]) ? 1 : 0, serves(7, 7) ? 1 : 0);
+  std::printf("fixed_grid %d\n", kHasFixedGrid ? 1 : 0);
   return 0;
 }
 """
@@ -44,6 +45,7 @@ def test_parsed_lists_match_the_compiled_ones(name, tmp_path):
     assert tuple(int(v) for v in lines["heads"].split()) == backend.heads
     assert tuple(int(v) for v in lines["head_dims"].split()) == backend.head_dims
     assert lines["serves"] == "1 0"
+    assert lines["fixed_grid"] == str(int(backend.has_fixed_grid))
     assert backend.serves(backend.heads[0], backend.head_dims[0]) and not backend.serves(7, 7)
 
 
@@ -52,3 +54,4 @@ def test_cpu_serves_any_shape_and_gpus_name_their_device():
     assert cpu.serves(1, 1) and cpu.serves(1000, 3) and not cpu.serves(0, 128)
     assert backends.backends()["sm90"].compute_capability == (9, 0)
     assert backends.backends()["gfx950"].arch_prefix == "gfx950"
+    assert backends.backends()["gfx950"].has_fixed_grid and not backends.backends()["sm90"].has_fixed_grid

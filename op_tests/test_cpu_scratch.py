@@ -1,7 +1,7 @@
 """The CPU path's bounded scratch (issue #8): depth and head chunking, peak memory, clear OOM errors.
 
-The CPU path keeps "a few MiB per thread" of scratch whatever H and D (shared/design/operator.md,
-"Memory"): shapes whose whole-depth working set would exceed csrc/include/fp8_mqa_logits_cpu.h's
+The CPU path keeps "a few MiB per thread" of scratch whatever H and D (docs/operator.md,
+"Memory"): shapes whose whole-depth working set would exceed csrc/cpu/fp8_mqa_logits_cpu.h's
 bounds (one row's decoded Q > kQScratchBytes = 1 MiB, or the whole-depth K block > kKtScratchBytes =
 256 KiB, i.e. depth > 1024 words: D > 1024 fp32, D > 2048 bf16 pairs) take the chunked path, which
 must give exactly the whole-depth path's bits. Checked here:

@@ -1,4 +1,4 @@
-"""Correctness of fp8_mqa_logits against the float64 reference (shared/design/operator.md).
+"""Correctness of fp8_mqa_logits against the float64 reference (docs/operator.md).
 
 Every case goes through the public API (aiter.ops.fp8_mqa_logits) on each device of the ``device``
 fixture (conftest.py): "cpu" always, "cuda" when there is a GPU, where H/D combos that no GPU kernel

@@ -1,7 +1,7 @@
 """Bad input to fp8_mqa_logits: each case is a clear error of the right type whose message names the
 offending argument, through the public API; never a crash, a hang or a garbage result.
 
-Types (csrc/fp8_mqa_logits_binding.cpp): TypeError for a dtype, ValueError for a rank, shape,
+Types (csrc/binding/fp8_mqa_logits_binding.cpp): TypeError for a dtype, ValueError for a rank, shape,
 stride, size, alignment or an `out` overlapping an input, RuntimeError for mixed devices,
 NotImplementedError for a shape or device no compiled kernel serves. The fake kernels refuse the same
 inputs the same way. Also: M == 0 or N == 0 returns the empty result.
@@ -110,7 +110,7 @@ BAD_INPUTS = [
     ("kv_scales-sparse", lambda a: a.update(kv_scales=a["kv_scales"].to_sparse()), {}, ValueError, r"\bkv_scales must be a dense \(strided\) tensor, got layout Sparse"),
     ("weights-sparse", lambda a: a.update(weights=a["weights"].to_sparse()), {}, ValueError, r"\bweights must be a dense \(strided\) tensor"),
     ("split_n-negative", lambda a: None, {"split_n": -1}, ValueError, r"\bsplit_n must be >= 0"),
-    ("split_n-on-cpu", lambda a: None, {"split_n": 2}, ValueError, r"\bsplit_n .*gfx950 option"),
+    ("split_n-on-cpu", lambda a: None, {"split_n": 2}, ValueError, r"\bsplit_n .*fixed grid \(gfx950\); the CPU path has none"),
     # devices a CPU-only machine can check: "meta" tensors mixed with CPU ones
     ("kv-on-meta", lambda a: a.update(kv=a["kv"].to("meta")), {}, RuntimeError, r"\bkv is on meta but q is on cpu"),
     ("weights-on-meta", lambda a: a.update(weights=a["weights"].to("meta")), {}, RuntimeError, r"\bweights is on meta but q is on cpu"),

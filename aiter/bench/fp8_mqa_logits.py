@@ -5,7 +5,7 @@ One table: shape (M x N), window mode, H, clean_logits, µs, TFLOP/s = 2*H*D*in_
 baseline's µs over ours (> 1: ours is faster). Output bytes are M*N*4 with clean_logits (every
 element is written), in-window pairs * 4 without.
 
-GPU: the contract's shapes (shared/design/operator.md), H = 32 and 64, D = 128, cold L2, median of
+GPU: the contract's shapes (docs/operator.md), H = 32 and 64, D = 128, cold L2, median of
 >= 10 CUDA-event timings; the baseline is DeepGEMM's op timed in the same run on the same inputs
 when the deep_gemm package is importable (aiter/bench/baselines.py), else none. CPU: small shapes; the peak is torch's best float32 matmul rate and the baseline is the
 same computation in plain torch float32 (einsum + relu + weighted sum), so the ratio says how much

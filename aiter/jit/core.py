@@ -15,9 +15,9 @@ Cache layout, under ``$AITER_JIT_DIR`` (else ``$XDG_CACHE_HOME/aiter/jit``, else
     $TMPDIR/aiter-jit-<key>-<pid>-*  where it builds when the cache path holds characters that
                               ninja reads as syntax ($, ':', ' '); the library is copied back
 
-The key hashes the content of every source and header under csrc/, the flags, the targets, the
-torch and Python versions and the compilers (path and ``--version`` of the host compiler, and of nvcc
-or hipcc for a GPU target), so a changed input or an upgraded toolkit gets a new directory and a
+The key hashes the content of every file in the targets' folders under csrc/ (build_config's
+*_SOURCE_DIRS), the flags, the targets, the torch and Python versions and the compilers (path and
+``--version`` of the host compiler, and of nvcc or hipcc for a GPU target), so a changed input or an upgraded toolkit gets a new directory and a
 stale build is never loaded. A cached build is loaded with importlib directly: no ninja check, no
 compilation; asking each compiler for its version costs a few milliseconds, hashing the library
 about 2 ms per MB (0.4 ms for the CPU module).
@@ -780,7 +780,15 @@ def load_or_build(spec: ModuleSpec, info: dict | None = None):
     built = False
     if module is None:
         built = _ensure_entry(spec, key, module_dir, import_failure)
-        module = _import_library(spec.name, library)
+        try:
+            module = _import_library(spec.name, library)
+        except (ImportError, OSError) as e:
+            # The build child imported this very library; failing here is this process's own (its
+            # environment, its address space): rebuilding again would not help, so it is a build
+            # error, which get_module keeps and repeats instead of replacing the entry on every call.
+            raise JitBuildError(
+                f"aiter: {library} verified and imported in the build process but does not import in"
+                f" this one: {e}") from e
     if info is not None:
         info.update(
             built=built, key=key, path=os.fspath(library), targets=list(spec.targets),

@@ -158,7 +158,7 @@ _lib.impl("fp8_mqa_logits_out", _out_inplace_or_view, "ADInplaceOrView", with_ke
 
 
 # ---- fake kernels: the binding's checks on metadata ------------------------------------------------
-# The fake (meta) kernels refuse what csrc/fp8_mqa_logits_binding.cpp refuses, in the same order, with
+# The fake (meta) kernels refuse what csrc/binding/fp8_mqa_logits_binding.cpp refuses, in the same order, with
 # the same exception types and messages, so that FakeTensorMode, torch.export and torch.compile fail at
 # trace time rather than at run time; keep the two in step (op_tests/test_validation.py runs every bad
 # input through both). Left to the real op, because only a GPU answers them: whether a compiled kernel
@@ -317,10 +317,14 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
         _check_row_major(out, "out", "N")
         for name, t in zip(_INPUT_NAMES, inputs):
             _check_no_overlap(out, t, name)
-    # Which GPU backend runs (and so whether it has a fixed grid) is the real op's to say.
     _require(split_n == 0 or device.type != "cpu", ValueError,
-             lambda: "split_n (the fixed grid's splits) is a gfx950 option; the CPU path has no fixed grid, so "
-                     "pass split_n=0 or None")
+             lambda: "split_n (the fixed grid's splits) is an option of backends with a fixed grid (gfx950); the "
+                     "CPU path has none, so pass split_n=0 or None")
+    if split_n != 0 and device.type == "cuda" and torch.cuda.is_available():
+        backend = _gpu_backend(device.index if device.index is not None else torch.cuda.current_device())
+        _require(backend is None or backend.has_fixed_grid, ValueError,
+                 lambda: f"split_n (the fixed grid's splits) is an option of backends with a fixed grid (gfx950); "
+                         f"the {backend.name} kernel has none, so pass split_n=0 or None")
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits", lib=_lib)

@@ -1,6 +1,6 @@
 """Inputs, window modes and the float64 reference of fp8_mqa_logits (tests and benchmarks share them).
 
-The window modes follow ``shared/design/operator.md`` ("Window modes") to the letter; the reference
+The window modes follow ``docs/operator.md`` ("Window modes") to the letter; the reference
 computes the contract's formula in float64 on the same fp8 inputs, chunked over rows so that the
 benchmark shapes fit in memory.
 """

@@ -4,7 +4,7 @@
 //   -inf elsewhere when clean_logits (else unspecified; the CPU path leaves it untouched);
 //   s_m, e_m = ks[m], ke[m] clamped to [0, N].
 //
-// This file only validates the arguments against the contract (shared/design/operator.md), fills
+// This file only validates the arguments against the contract (docs/operator.md), fills
 // aiter::Fp8MqaLogitsParams and hands them to the CPU path or to the GPU backend of q's device.
 // Every contract violation is a TORCH_CHECK naming the argument: TypeError for a dtype, ValueError
 // for a rank, shape, stride, size, alignment or an `out` that overlaps an input, NotImplementedError
@@ -15,7 +15,6 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +27,14 @@
 #include "cpu/fp8_mqa_logits_cpu.h"
 
 #include "binding/gpu_backends.h"
+
+// The current stream's handle comes from torch's own vendor header (c10::Stream::native_handle is
+// newer than the oldest torch this package supports); nothing else in this file is vendor-specific.
+#if defined(AITER_WITH_SM90)
+#include <c10/cuda/CUDAStream.h>
+#elif defined(AITER_WITH_GFX950)
+#include <ATen/hip/HIPContext.h>
+#endif
 
 namespace {
 
@@ -174,23 +181,33 @@ const aiter::GpuBackend& backend_for(const at::Device& device) {
   return table.front();  // unreachable: the check above throws
 }
 
-void launch_gpu(const aiter::Fp8MqaLogitsParams& p, const at::Tensor& q, const at::Tensor& kv,
-                int64_t split_n) {
+// The GPU backend that will run this call, after the checks only it can answer (H and D served,
+// split_n, the kernels' size and alignment limits): made before the output is allocated.
+const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n) {
   const at::Device device = q.device();
   const aiter::GpuBackend& backend = backend_for(device);
-  TORCH_CHECK_NOT_IMPLEMENTED(backend.serves(p.H, p.D), AITER_OP, "the ", backend.name, " kernel serves ",
-                              backend.serves_text, ", got q of shape ", q.sizes(), " (H = ", p.H, ", D = ", p.D,
+  const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(backend.serves(H, D), AITER_OP, "the ", backend.name, " kernel serves ",
+                              backend.serves_text, ", got q of shape ", q.sizes(), " (H = ", H, ", D = ", D,
                               "); use CPU tensors");
-  TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is a ",
-                    "gfx950 option; the ", backend.name, " kernel has no fixed grid, so pass split_n=0 or None");
+  TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is an ",
+                    "option of backends with a fixed grid (gfx950); the ", backend.name,
+                    " kernel has none, so pass split_n=0 or None");
   TORCH_CHECK_VALUE(split_n <= std::numeric_limits<int32_t>::max(), AITER_OP, "split_n must fit in int32, got ",
                     split_n);
-  check_device_sizes(p.M, p.N, p.H, q, kv);
-  if (p.M == 0 || p.N == 0) return;
-  const c10::impl::VirtualGuardImpl guard_impl(device.type());
-  void* stream = guard_impl.getStream(device).native_handle();
-  const char* err = backend.launch(p, split_n, device.index(), stream);
-  TORCH_CHECK(err == nullptr, AITER_OP, backend.name, " launch failed on ", device, ": ", err);
+  check_device_sizes(M, N, H, q, kv);
+  return backend;
+}
+
+void* current_stream(const at::Device& device) {
+#if defined(AITER_WITH_SM90)
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#elif defined(AITER_WITH_GFX950)
+  return at::hip::getCurrentHIPStream(device.index()).stream();
+#else
+  (void)device;
+  return nullptr;  // no GPU backend compiled: backend_for has refused the call already
+#endif
 }
 
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
@@ -266,6 +283,10 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
     check_no_overlap(*out, cu_ends, "cu_ends");
   }
 
+  TORCH_CHECK_VALUE(split_n == 0 || !device.is_cpu(), AITER_OP, "split_n (the fixed grid's splits) is an ",
+                    "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
+  const aiter::GpuBackend* gpu_backend = device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n);
+
   const c10::DeviceGuard guard(device);
   at::Tensor result = has_out ? *out : at::empty({M, N}, q.options().dtype(at::kFloat));
 
@@ -285,12 +306,12 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   p.out_stride = row_stride(result);
   p.clean_logits = clean_logits;
 
-  if (device.is_cpu()) {
-    TORCH_CHECK_VALUE(split_n == 0, AITER_OP, "split_n (the fixed grid's splits) is a gfx950 option; the CPU ",
-                      "path has no fixed grid, so pass split_n=0 or None");
-    if (M > 0 && N > 0) aiter::fp8_mqa_logits_cpu(p);
+  if (M == 0 || N == 0) return result;
+  if (gpu_backend == nullptr) {
+    aiter::fp8_mqa_logits_cpu(p);
   } else {
-    launch_gpu(p, q, kv, split_n);
+    const char* err = gpu_backend->launch(p, split_n, device.index(), current_stream(device));
+    TORCH_CHECK(err == nullptr, AITER_OP, gpu_backend->name, " launch failed on ", device, ": ", err);
   }
   return result;
 }

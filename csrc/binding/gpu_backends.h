@@ -44,14 +44,14 @@ std::string describe_served(const int (&heads)[Heads], const int (&head_dims)[He
 inline const std::vector<GpuBackend>& gpu_backends() {
   static const std::vector<GpuBackend> table = {
 #ifdef AITER_WITH_SM90
-      {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), false,
+      {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), sm90::kHasFixedGrid,
        [](long long heads, long long head_dim) { return sm90::serves(heads, head_dim); }, &sm90::check_device,
        [](const Fp8MqaLogitsParams& params, int64_t, int device_index, void* stream) {
          return sm90::launch(params, device_index, stream);
        }},
 #endif
 #ifdef AITER_WITH_GFX950
-      {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), true,
+      {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), gfx950::kHasFixedGrid,
        [](long long heads, long long head_dim) { return gfx950::serves(heads, head_dim); }, &gfx950::check_device,
        [](const Fp8MqaLogitsParams& params, int64_t split_n, int device_index, void* stream) {
          return gfx950::launch(params, static_cast<int>(split_n), device_index, stream);

@@ -1,7 +1,8 @@
 // How a backend states what it serves: one `capabilities.h` per backend folder, holding constexpr
 // lists that the binding checks calls against, the launcher dispatches over, and aiter/backends.py
 // reads for is_supported and the JIT's target detection (so each fact is written once). Keep every
-// list on one line, `constexpr int kName[] = {a, b};`: the Python side parses exactly that form.
+// fact on one line, `constexpr int kName[] = {a, b};`, `constexpr bool kName = true;` or
+// `constexpr const char kName[] = "text";`: the Python side parses exactly those forms.
 #pragma once
 #include <cstddef>
 

@@ -148,7 +148,7 @@ struct Plan {
   int64_t scratch_words;
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using scheduler::ceil_div;
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // AITER_FP8_MQA_CPU_CHUNKS=<depth words>,<heads>,<keys> (tests): forces the chunked path.

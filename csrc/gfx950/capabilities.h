@@ -10,6 +10,9 @@ constexpr int kServedHeadDims[] = {128};
 // The device: a gcnArchName starting with "gfx950" (MI350X, MI355X).
 constexpr const char kArchPrefix[] = "gfx950";
 
+// A fixed grid (blocks, split_n) beside the balanced plan: a caller's split_n (aiter's SplitN) picks it.
+constexpr bool kHasFixedGrid = true;
+
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
 }

@@ -356,6 +356,7 @@ GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small, 64, true)
 // Host side: device check and launcher (the ATen binding validates and calls these).
 // ------------------------------------------------------------------------------------------------
 #if !defined(__HIP_DEVICE_COMPILE__)
+#include <atomic>
 #include <cstring>
 
 #include "gfx950/capabilities.h"
@@ -365,19 +366,21 @@ namespace aiter {
 namespace gfx950 {
 
 const char* check_device(int device_index) {
-  // The answer per device never changes: asked once (hipGetDeviceProperties is not cheap).
+  static constexpr const char* kNotServed = "the gfx950 backend runs on gfx950 GPUs (MI350X, MI355X) only";
+  // The answer per device never changes: asked once (hipGetDeviceProperties is not cheap). Calls
+  // come from threads without the GIL, hence atomics; two first callers may both ask, harmlessly.
   static constexpr int kMaxDevices = 64;
-  static int served[kMaxDevices];  // 0 unknown, 1 yes, 2 no; a race only repeats the question
-  int* known = device_index >= 0 && device_index < kMaxDevices ? &served[device_index] : nullptr;
-  if (known == nullptr || *known == 0) {
+  static std::atomic<int8_t> served[kMaxDevices];  // 0 unknown, 1 yes, 2 no
+  std::atomic<int8_t>* known = device_index >= 0 && device_index < kMaxDevices ? &served[device_index] : nullptr;
+  int8_t answer = known != nullptr ? known->load(std::memory_order_relaxed) : 0;
+  if (answer == 0) {
     hipDeviceProp_t props;
     if (hipGetDeviceProperties(&props, device_index) != hipSuccess)
       return "the gfx950 backend cannot query this GPU's architecture";
-    const bool match = std::strncmp(props.gcnArchName, kArchPrefix, sizeof(kArchPrefix) - 1) == 0;
-    if (known == nullptr) return match ? nullptr : "the gfx950 backend runs on gfx950 GPUs (MI350X, MI355X) only";
-    *known = match ? 1 : 2;
+    answer = std::strncmp(props.gcnArchName, kArchPrefix, sizeof(kArchPrefix) - 1) == 0 ? 1 : 2;
+    if (known != nullptr) known->store(answer, std::memory_order_relaxed);
   }
-  return *known == 1 ? nullptr : "the gfx950 backend runs on gfx950 GPUs (MI350X, MI355X) only";
+  return answer == 1 ? nullptr : kNotServed;
 }
 
 const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int device_index, void* stream) {
@@ -416,8 +419,8 @@ const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int devic
                 : (plan.small ? fp8_mqa_logits_gfx950_h64_small : fp8_mqa_logits_gfx950_h64);
   hipLaunchKernelGGL(kernel, dim3(plan.grid_x, plan.grid_y), dim3(kThreads), 0,
                      static_cast<hipStream_t>(stream), args);
-  if (hipGetLastError() != hipSuccess) return "fp8_mqa_logits (gfx950): kernel launch failed";
-  return nullptr;
+  const hipError_t err = hipGetLastError();
+  return err == hipSuccess ? nullptr : hipGetErrorString(err);
 }
 
 }  // namespace gfx950

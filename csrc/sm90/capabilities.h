@@ -10,6 +10,9 @@ constexpr int kServedHeadDims[] = {128};
 // The device: compute capability 9.0 (H100, H200); wgmma needs the sm_90a target.
 constexpr int kComputeCapability[] = {9, 0};
 
+// No fixed grid (persistent CTAs on the balanced plan only): a caller's split_n is refused.
+constexpr bool kHasFixedGrid = false;
+
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
 }
