@@ -36,7 +36,7 @@
 //                stored fp32 reloads exactly; bf16 pairs are never split since a chunk is whole
 //                words). After the last depth chunk of a head chunk, the same
 //                epilogue as the whole-depth path adds the chunk's head groups, h ascending, into the
-//                span's logits lg[rows][span], which carry the head sum from one head chunk to the
+//                span's logits[rows][span], which carry the head sum from one head chunk to the
 //                next; the head groups are the whole-depth path's (chunks start at multiples of HG).
 //
 // Precision and determinism. e4m3 values are exact in bf16 and fp32, and a product of two has at most
@@ -85,10 +85,10 @@ using cpu::kMaxRowsPerTask;
 struct E4m3Bf16Table {
   uint16_t value[256];
   E4m3Bf16Table() {
-    const float* f = e4m3_table();
+    const float* fp32_values = e4m3_table();
     for (int b = 0; b < 256; ++b) {
       uint32_t bits;
-      std::memcpy(&bits, &f[b], sizeof(bits));
+      std::memcpy(&bits, &fp32_values[b], sizeof(bits));
       value[b] = static_cast<uint16_t>(bits >> 16);
     }
   }
@@ -103,18 +103,18 @@ template <int W>
 struct Simd;
 template <>
 struct Simd<16> {
-  typedef float f __attribute__((vector_size(64)));
-  typedef int32_t i __attribute__((vector_size(64)));
+  typedef float floats __attribute__((vector_size(64)));
+  typedef int32_t ints __attribute__((vector_size(64)));
 };
 template <>
 struct Simd<8> {
-  typedef float f __attribute__((vector_size(32)));
-  typedef int32_t i __attribute__((vector_size(32)));
+  typedef float floats __attribute__((vector_size(32)));
+  typedef int32_t ints __attribute__((vector_size(32)));
 };
 template <>
 struct Simd<4> {
-  typedef float f __attribute__((vector_size(16)));
-  typedef int32_t i __attribute__((vector_size(16)));
+  typedef float floats __attribute__((vector_size(16)));
+  typedef int32_t ints __attribute__((vector_size(16)));
 };
 
 // Chunk sizes of the chunked path (the tunables, or AITER_FP8_MQA_CPU_CHUNKS's).
@@ -144,43 +144,45 @@ struct Plan {
   int64_t q_words;
   int64_t kt_words;
   int64_t acc_words;
-  int64_t lg_words;
+  int64_t logits_words;
   int64_t scratch_words;
 };
 
 using scheduler::ceil_div;
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+int64_t round_up(int64_t value, int64_t multiple) { return ceil_div(value, multiple) * multiple; }
 
 // AITER_FP8_MQA_CPU_CHUNKS=<depth words>,<heads>,<keys> (tests): forces the chunked path.
 Chunks pick_chunks() {
-  Chunks c{false, cpu::kDepthChunk, cpu::kChunkRowHeads, cpu::kSpanKeys};
+  Chunks defaults{false, cpu::kDepthChunk, cpu::kChunkRowHeads, cpu::kSpanKeys};
   const char* env = std::getenv("AITER_FP8_MQA_CPU_CHUNKS");
-  if (env == nullptr || *env == '\0') return c;
-  long long v[3];
-  const char* at = env;
+  if (env == nullptr || *env == '\0') return defaults;
+  long long values[3];
+  const char* cursor = env;
   for (int i = 0; i < 3; ++i) {
     char* end;
-    v[i] = std::strtoll(at, &end, 10);
-    if (end == at || *end != (i < 2 ? ',' : '\0')) v[0] = 0;  // malformed
-    at = *end ? end + 1 : end;
+    values[i] = std::strtoll(cursor, &end, 10);
+    if (end == cursor || *end != (i < 2 ? ',' : '\0')) values[0] = 0;  // malformed
+    cursor = *end ? end + 1 : end;
   }
-  if (v[0] < 1 || v[1] < 4 || v[1] % 4 != 0 || v[2] < kKeyBlock || v[2] % kKeyBlock != 0)
+  if (values[0] < 1 || values[1] < 4 || values[1] % 4 != 0 || values[2] < kKeyBlock ||
+      values[2] % kKeyBlock != 0)
     throw std::runtime_error(std::string("fp8_mqa_logits (CPU): AITER_FP8_MQA_CPU_CHUNKS='") + env +
                              "' is not <depth words >= 1>,<heads: a multiple of 4>,<keys: a "
                              "multiple of 64>");
-  return {true, v[0], v[1], v[2]};
+  return {true, values[0], values[1], values[2]};
 }
 
-Plan make_plan(const Fp8MqaLogitsParams& p, int64_t threads, int64_t depth, const Chunks& chunks) {
+Plan make_plan(const Fp8MqaLogitsParams& params, int64_t threads, int64_t depth,
+               const Chunks& chunks) {
   Plan plan;
   plan.depth = depth;
-  const int64_t row_bytes = static_cast<int64_t>(p.H) * depth * 4;
+  const int64_t row_bytes = static_cast<int64_t>(params.H) * depth * 4;
   plan.chunked = chunks.forced || row_bytes > cpu::kQScratchBytes ||
                  depth * kKeyBlock * 4 > cpu::kKtScratchBytes;
   if (plan.chunked) {
     // Rows x heads of a (row block, head chunk) <= kChunkRowHeads: as many heads as fit, then rows.
     plan.depth_chunk = std::min<int64_t>(depth, chunks.depth);
-    plan.head_chunk = std::min<int64_t>(p.H, chunks.heads);
+    plan.head_chunk = std::min<int64_t>(params.H, chunks.heads);
     plan.rows_per_task = std::max<int64_t>(
         1, std::min<int64_t>(kMaxRowsPerTask, cpu::kChunkRowHeads / plan.head_chunk));
   } else {
@@ -188,48 +190,49 @@ Plan make_plan(const Fp8MqaLogitsParams& p, int64_t threads, int64_t depth, cons
     plan.rows_per_task =
         std::max<int64_t>(1, std::min<int64_t>(kMaxRowsPerTask, cpu::kQScratchBytes / row_bytes));
   }
-  plan.row_blocks = ceil_div(p.M, plan.rows_per_task);
+  plan.row_blocks = ceil_div(params.M, plan.rows_per_task);
   // Split the keys only when the row blocks alone are too few to keep every thread busy.
-  const int64_t wanted = std::max<int64_t>(1, threads) * cpu::kTasksPerThread;
-  const int64_t max_chunks = ceil_div(p.N, kKeyBlock);
-  const int64_t chunks_n =
-      std::min<int64_t>(max_chunks, std::max<int64_t>(1, ceil_div(wanted, plan.row_blocks)));
-  plan.keys_per_chunk = round_up(ceil_div(p.N, chunks_n), kKeyBlock);
-  plan.key_chunks = ceil_div(p.N, plan.keys_per_chunk);
+  const int64_t wanted_tasks = std::max<int64_t>(1, threads) * cpu::kTasksPerThread;
+  const int64_t max_key_chunks = ceil_div(params.N, kKeyBlock);
+  const int64_t key_chunk_count = std::min<int64_t>(
+      max_key_chunks, std::max<int64_t>(1, ceil_div(wanted_tasks, plan.row_blocks)));
+  plan.keys_per_chunk = round_up(ceil_div(params.N, key_chunk_count), kKeyBlock);
+  plan.key_chunks = ceil_div(params.N, plan.keys_per_chunk);
   plan.tasks = plan.row_blocks * plan.key_chunks;
   if (!plan.chunked) {
     plan.span_keys = 0;
-    plan.q_words = round_up(plan.rows_per_task * p.H * depth, 16);
+    plan.q_words = round_up(plan.rows_per_task * params.H * depth, 16);
     plan.kt_words = depth * kKeyBlock;
     plan.acc_words = 0;
-    plan.lg_words = 2 * kKeyBlock;  // block scales, tile logits
+    plan.logits_words = 2 * kKeyBlock;  // block scales, tile logits
   } else {
     plan.span_keys = std::min<int64_t>(plan.keys_per_chunk, chunks.keys);
     plan.q_words = round_up(plan.rows_per_task * plan.head_chunk * plan.depth_chunk, 16);
     plan.kt_words = plan.depth_chunk * plan.span_keys;
     plan.acc_words = plan.rows_per_task * plan.head_chunk * plan.span_keys;
-    plan.lg_words = (plan.rows_per_task + 1) * plan.span_keys;  // span logits, span scales
+    plan.logits_words = (plan.rows_per_task + 1) * plan.span_keys;  // span logits, span scales
   }
-  plan.scratch_words = plan.q_words + plan.kt_words + plan.acc_words + plan.lg_words;
+  plan.scratch_words = plan.q_words + plan.kt_words + plan.acc_words + plan.logits_words;
   return plan;
 }
 
-// lg[k] += relu(sc[k] * acc[h][k]) * w[h] over the group's heads, h ascending.
+// logits[k] += relu(scales[k] * acc[h][k]) * w[h] over the group's heads, h ascending.
 template <int W, int NV, int HG>
-AITER_CPU_INLINE void head_group_epilogue(const typename Simd<W>::f (&acc)[HG][NV],
-                                          const float* __restrict sc, const float* __restrict w,
-                                          float* __restrict lg) {
-  typedef typename Simd<W>::f vf;
-  typedef typename Simd<W>::i vi;
+AITER_CPU_INLINE void head_group_epilogue(const typename Simd<W>::floats (&acc)[HG][NV],
+                                          const float* __restrict scales, const float* __restrict w,
+                                          float* __restrict logits) {
+  typedef typename Simd<W>::floats vf;
+  typedef typename Simd<W>::ints vi;
   for (int v = 0; v < NV; ++v) {
-    const vf s = *reinterpret_cast<const vf*>(sc + v * W);
-    vf l = *reinterpret_cast<const vf*>(lg + v * W);
+    const vf scale = *reinterpret_cast<const vf*>(scales + v * W);
+    vf sum = *reinterpret_cast<const vf*>(logits + v * W);
     for (int h = 0; h < HG; ++h) {
-      vf a = acc[h][v] * s;
-      a = reinterpret_cast<vf>(reinterpret_cast<vi>(a) & ((a > vf{}) | (a != a)));  // relu, NaN kept
-      l += a * (w[h] - vf{});
+      vf term = acc[h][v] * scale;
+      // relu, NaN kept
+      term = reinterpret_cast<vf>(reinterpret_cast<vi>(term) & ((term > vf{}) | (term != term)));
+      sum += term * (w[h] - vf{});
     }
-    *reinterpret_cast<vf*>(lg + v * W) = l;
+    *reinterpret_cast<vf*>(logits + v * W) = sum;
   }
 }
 
@@ -250,9 +253,9 @@ struct Fp32Format {
   // The HGH heads starting at q, the tile starting at kt (leading dim kKeyBlock).
   template <int HGH>
   static AITER_CPU_INLINE void head_group(const uint32_t* q_words, int64_t depth,
-                                          const uint32_t* kt_words, const float* sc,
-                                          const float* w, float* lg) {
-    typedef typename Simd<W>::f vf;
+                                          const uint32_t* kt_words, const float* scales,
+                                          const float* w, float* logits) {
+    typedef typename Simd<W>::floats vf;
     const float* __restrict q = reinterpret_cast<const float*>(q_words);
     const float* __restrict kt = reinterpret_cast<const float*>(kt_words);
     vf acc[HGH][NV];
@@ -267,14 +270,15 @@ struct Fp32Format {
         for (int v = 0; v < NV; ++v) acc[h][v] += qb * k[v];
       }
     }
-    head_group_epilogue<W, NV, HGH>(acc, sc, w, lg);
+    head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 
-  // Chunked path. Words [w0, w0 + wn) of one decoded row: elements [w0, w0 + wn).
-  static AITER_CPU_INLINE void decode_words(const uint8_t* row, int64_t D, int64_t w0, int64_t wn,
-                                            uint32_t* dst, int64_t stride) {
+  // Chunked path. Words [word_begin, word_begin + word_count) of one decoded row: the elements
+  // of the same indices (one per word).
+  static AITER_CPU_INLINE void decode_words(const uint8_t* row, int64_t D, int64_t word_begin,
+                                            int64_t word_count, uint32_t* dst, int64_t stride) {
     (void)D;
-    decode(row + w0, wn, dst, stride);
+    decode(row + word_begin, word_count, dst, stride);
   }
 
   // head_group's loop over `depth` steps of a depth chunk (q row stride q_stride), continuing the
@@ -283,7 +287,7 @@ struct Fp32Format {
   static AITER_CPU_INLINE void head_group_chunk(const uint32_t* q_words, int64_t q_stride,
                                                 int64_t depth, const uint32_t* kt_words,
                                                 float* acc_buf, int64_t acc_stride, bool first) {
-    typedef typename Simd<W>::f vf;
+    typedef typename Simd<W>::floats vf;
     const float* __restrict q = reinterpret_cast<const float*>(q_words);
     const float* __restrict kt = reinterpret_cast<const float*>(kt_words);
     vf acc[HGH][NV];
@@ -307,13 +311,14 @@ struct Fp32Format {
   // head_group's epilogue on the accumulators stored at acc_buf.
   template <int HGH>
   static AITER_CPU_INLINE void head_group_finish(const float* acc_buf, int64_t acc_stride,
-                                                 const float* sc, const float* w, float* lg) {
-    typedef typename Simd<W>::f vf;
+                                                 const float* scales, const float* w,
+                                                 float* logits) {
+    typedef typename Simd<W>::floats vf;
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         acc[h][v] = *reinterpret_cast<const vf*>(acc_buf + h * acc_stride + v * W);
-    head_group_epilogue<W, NV, HGH>(acc, sc, w, lg);
+    head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 };
 
@@ -332,17 +337,17 @@ struct Bf16PairFormat {
   static AITER_CPU_INLINE void decode(const uint8_t* src, int64_t D, uint32_t* dst, int64_t stride) {
     const uint16_t* table = e4m3_bf16_table();
     for (int64_t i = 0; 2 * i < D; ++i) {
-      const uint32_t hi = 2 * i + 1 < D ? table[src[2 * i + 1]] : 0;
-      dst[i * stride] = table[src[2 * i]] | (hi << 16);
+      const uint32_t high = 2 * i + 1 < D ? table[src[2 * i + 1]] : 0;
+      dst[i * stride] = table[src[2 * i]] | (high << 16);
     }
   }
 
   // Its own target attribute (not inlined into generic code): the instruction needs AVX512-BF16.
   template <int HGH>
   __attribute__((target("avx512f,avx512bf16"))) static void head_group(
-      const uint32_t* __restrict q, int64_t depth, const uint32_t* __restrict kt, const float* sc,
-      const float* w, float* lg) {
-    typedef Simd<16>::f vf;
+      const uint32_t* __restrict q, int64_t depth, const uint32_t* __restrict kt,
+      const float* scales, const float* w, float* logits) {
+    typedef Simd<16>::floats vf;
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v) acc[h][v] = vf{};
@@ -358,14 +363,16 @@ struct Bf16PairFormat {
                                                             reinterpret_cast<__m512bh>(qb)));
       }
     }
-    head_group_epilogue<W, NV, HGH>(acc, sc, w, lg);
+    head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 
-  // Chunked path. Words [w0, w0 + wn) of one decoded row: elements [2 w0, min(D, 2 (w0 + wn))), so
-  // a chunk of whole words never splits a pair, and the last word of an odd D gets its zero half.
-  static AITER_CPU_INLINE void decode_words(const uint8_t* row, int64_t D, int64_t w0, int64_t wn,
-                                            uint32_t* dst, int64_t stride) {
-    decode(row + 2 * w0, std::min<int64_t>(D - 2 * w0, 2 * wn), dst, stride);
+  // Chunked path. Words [word_begin, word_begin + word_count) of one decoded row: elements
+  // [2 word_begin, min(D, 2 (word_begin + word_count))), so a chunk of whole words never splits a
+  // pair, and the last word of an odd D gets its zero half.
+  static AITER_CPU_INLINE void decode_words(const uint8_t* row, int64_t D, int64_t word_begin,
+                                            int64_t word_count, uint32_t* dst, int64_t stride) {
+    decode(row + 2 * word_begin, std::min<int64_t>(D - 2 * word_begin, 2 * word_count), dst,
+           stride);
   }
 
   // head_group's loop over `depth` steps of a depth chunk (q row stride q_stride), continuing the
@@ -374,7 +381,7 @@ struct Bf16PairFormat {
   __attribute__((target("avx512f,avx512bf16"))) static void head_group_chunk(
       const uint32_t* __restrict q, int64_t q_stride, int64_t depth,
       const uint32_t* __restrict kt, float* acc_buf, int64_t acc_stride, bool first) {
-    typedef Simd<16>::f vf;
+    typedef Simd<16>::floats vf;
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
@@ -400,276 +407,319 @@ struct Bf16PairFormat {
   // the epilogue compiles to the same instructions).
   template <int HGH>
   __attribute__((target("avx512f,avx512bf16"))) static void head_group_finish(
-      const float* acc_buf, int64_t acc_stride, const float* sc, const float* w, float* lg) {
-    typedef Simd<16>::f vf;
+      const float* acc_buf, int64_t acc_stride, const float* scales, const float* w,
+      float* logits) {
+    typedef Simd<16>::floats vf;
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         acc[h][v] = *reinterpret_cast<const vf*>(acc_buf + h * acc_stride + v * W);
-    head_group_epilogue<W, NV, HGH>(acc, sc, w, lg);
+    head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 };
 #endif
 
 // Dispatches the last, partial head group (1 .. HG heads) to its register-blocked instance.
-template <class F, int HG>
+template <class Format, int HG>
 AITER_CPU_INLINE void head_group_tail(int heads, const uint32_t* q, int64_t depth,
-                                      const uint32_t* kt, const float* sc, const float* w,
-                                      float* lg) {
+                                      const uint32_t* kt, const float* scales, const float* w,
+                                      float* logits) {
   if (heads == HG) {
-    F::template head_group<HG>(q, depth, kt, sc, w, lg);
+    Format::template head_group<HG>(q, depth, kt, scales, w, logits);
   } else if constexpr (HG > 1) {
-    head_group_tail<F, HG - 1>(heads, q, depth, kt, sc, w, lg);
+    head_group_tail<Format, HG - 1>(heads, q, depth, kt, scales, w, logits);
   }
 }
 
-// One tile of keys for one query row, every head: lg = the tile's logits.
-template <class F>
+// One tile of keys for one query row, every head: logits = the tile's logits.
+template <class Format>
 AITER_CPU_INLINE void tile_all_heads(const uint32_t* q_row, int64_t H, int64_t depth,
-                                     const uint32_t* kt, const float* sc, const float* w,
-                                     float* lg) {
-  constexpr int HG = F::kHeadGroup;
-  for (int j = 0; j < F::kTile; ++j) lg[j] = 0.0f;
+                                     const uint32_t* kt, const float* scales, const float* w,
+                                     float* logits) {
+  constexpr int HG = Format::kHeadGroup;
+  for (int j = 0; j < Format::kTile; ++j) logits[j] = 0.0f;
   int64_t h = 0;
-  for (; h + HG <= H; h += HG) F::template head_group<HG>(q_row + h * depth, depth, kt, sc, w + h, lg);
+  for (; h + HG <= H; h += HG)
+    Format::template head_group<HG>(q_row + h * depth, depth, kt, scales, w + h, logits);
   if (h < H)
-    head_group_tail<F, HG - 1>(static_cast<int>(H - h), q_row + h * depth, depth, kt, sc, w + h,
-                               lg);
+    head_group_tail<Format, HG - 1>(static_cast<int>(H - h), q_row + h * depth, depth, kt, scales,
+                                    w + h, logits);
 }
 
 void fill_neg_inf(float* row, int64_t begin, int64_t end) {
   if (begin < end) std::fill(row + begin, row + end, -std::numeric_limits<float>::infinity());
 }
 
-// The clamped windows [s, e) of rows [r0, r1) (scheduler::row_window; empty or inverted: s = e = 0),
-// -inf outside them within keys [c0, c1) when clean_logits, and the key range [lo, hi) that any of
-// the rows needs there: the union of the windows' parts inside [c0, c1) (empty: lo = hi = 0).
-AITER_CPU_INLINE void task_windows(const Fp8MqaLogitsParams& p, int64_t r0, int64_t r1, int64_t c0,
-                                   int64_t c1, int64_t* s, int64_t* e, int64_t* lo, int64_t* hi) {
-  const scheduler::KeyRange chunk{c0, c1};
-  auto task_union = scheduler::BlockUnion<>::empty_within(p.N);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t i = r - r0;
-    const scheduler::KeyRange window = scheduler::row_window(p.ks[r], p.ke[r], p.N);
-    s[i] = window.empty() ? 0 : window.begin;
-    e[i] = window.empty() ? 0 : window.end;
-    if (p.clean_logits) {
-      float* out_row = p.out + r * p.out_stride;
-      fill_neg_inf(out_row, c0, std::min(c1, s[i]));
-      fill_neg_inf(out_row, std::max(c0, e[i]), c1);  // an empty row (s = e = 0) is all -inf
+// The clamped windows [window_begin, window_end) of rows [row_begin, row_end)
+// (scheduler::row_window; empty or inverted: window_begin = window_end = 0), -inf outside them
+// within keys [chunk_begin, chunk_end) when clean_logits, and the key range
+// [union_begin, union_end) that any of the rows needs there: the union of the windows' parts inside
+// the chunk (empty: union_begin = union_end = 0).
+AITER_CPU_INLINE void task_windows(const Fp8MqaLogitsParams& params, int64_t row_begin,
+                                   int64_t row_end, int64_t chunk_begin, int64_t chunk_end,
+                                   int64_t* window_begin, int64_t* window_end, int64_t* union_begin,
+                                   int64_t* union_end) {
+  const scheduler::KeyRange chunk{chunk_begin, chunk_end};
+  auto task_union = scheduler::BlockUnion<>::empty_within(params.N);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t i = r - row_begin;
+    const scheduler::KeyRange window = scheduler::row_window(params.ks[r], params.ke[r], params.N);
+    window_begin[i] = window.empty() ? 0 : window.begin;
+    window_end[i] = window.empty() ? 0 : window.end;
+    if (params.clean_logits) {
+      float* out_row = params.out + r * params.out_stride;
+      fill_neg_inf(out_row, chunk_begin, std::min(chunk_end, window_begin[i]));
+      // An empty row (window_begin = window_end = 0) is all -inf.
+      fill_neg_inf(out_row, std::max(chunk_begin, window_end[i]), chunk_end);
     }
     task_union.add(scheduler::intersect(window, chunk));
   }
-  *lo = task_union.range().begin;
-  *hi = task_union.range().end;
+  *union_begin = task_union.range().begin;
+  *union_end = task_union.range().end;
 }
 
-template <class F>
-AITER_CPU_INLINE void run_task(const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task,
+template <class Format>
+AITER_CPU_INLINE void run_task(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
                                uint32_t* scratch) {
-  constexpr int kTile = F::kTile;
+  constexpr int kTile = Format::kTile;
   static_assert(kKeyBlock % kTile == 0, "a K block holds whole tiles");
-  const int64_t N = p.N, H = p.H, D = p.D, depth = plan.depth;
-  const int64_t r0 = (task / plan.key_chunks) * plan.rows_per_task;
-  const int64_t r1 = std::min(p.M, r0 + plan.rows_per_task);
-  const int64_t c0 = (task % plan.key_chunks) * plan.keys_per_chunk;
-  const int64_t c1 = std::min(N, c0 + plan.keys_per_chunk);
+  const int64_t N = params.N, H = params.H, D = params.D, depth = plan.depth;
+  const int64_t row_begin = (task / plan.key_chunks) * plan.rows_per_task;
+  const int64_t row_end = std::min(params.M, row_begin + plan.rows_per_task);
+  const int64_t chunk_begin = (task % plan.key_chunks) * plan.keys_per_chunk;
+  const int64_t chunk_end = std::min(N, chunk_begin + plan.keys_per_chunk);
 
-  uint32_t* q_dec = scratch;
-  uint32_t* kt = q_dec + plan.q_words;
-  float* sc = reinterpret_cast<float*>(kt + plan.kt_words);
-  float* lg = sc + kKeyBlock;
+  uint32_t* q_decoded = scratch;                                        // [rows][H][depth]
+  uint32_t* kt_block = q_decoded + plan.q_words;                        // [depth][kKeyBlock]
+  float* scales = reinterpret_cast<float*>(kt_block + plan.kt_words);  // [kKeyBlock]
+  float* logits = scales + kKeyBlock;                                   // tile: [kTile]
 
-  int64_t s[kMaxRowsPerTask], e[kMaxRowsPerTask], lo, hi;
-  task_windows(p, r0, r1, c0, c1, s, e, &lo, &hi);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t i = r - r0;
-    if (std::max(s[i], c0) < std::min(e[i], c1)) {
+  int64_t window_begin[kMaxRowsPerTask], window_end[kMaxRowsPerTask], union_begin, union_end;
+  task_windows(params, row_begin, row_end, chunk_begin, chunk_end, window_begin, window_end,
+               &union_begin, &union_end);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t i = r - row_begin;
+    if (std::max(window_begin[i], chunk_begin) < std::min(window_end[i], chunk_end)) {
       for (int64_t h = 0; h < H; ++h)
-        F::decode(p.q + (r * H + h) * D, D, q_dec + (i * H + h) * depth, 1);
+        Format::decode(params.q + (r * H + h) * D, D, q_decoded + (i * H + h) * depth, 1);
     }
   }
 
-  for (int64_t b = lo; b < hi; b += kKeyBlock) {
-    const int64_t nb = std::min<int64_t>(kKeyBlock, hi - b);
+  for (int64_t block_begin = union_begin; block_begin < union_end; block_begin += kKeyBlock) {
+    const int64_t block_keys = std::min<int64_t>(kKeyBlock, union_end - block_begin);
     bool needed = false;
-    for (int64_t i = 0; i < r1 - r0; ++i) needed |= std::max(s[i], b) < std::min(e[i], b + nb);
+    for (int64_t i = 0; i < row_end - row_begin; ++i)
+      needed |= std::max(window_begin[i], block_begin) <
+                std::min(window_end[i], block_begin + block_keys);
     if (!needed) continue;  // a gap between the windows (e.g. between requests)
 
-    for (int64_t j = 0; j < nb; ++j) {
-      F::decode(p.kv + (b + j) * D, D, kt + j, kKeyBlock);
-      sc[j] = p.kv_scales[b + j];
+    for (int64_t j = 0; j < block_keys; ++j) {
+      Format::decode(params.kv + (block_begin + j) * D, D, kt_block + j, kKeyBlock);
+      scales[j] = params.kv_scales[block_begin + j];
     }
-    if (nb < kKeyBlock) {  // zero lanes past the last key: finite, and never stored
+    if (block_keys < kKeyBlock) {  // zero lanes past the last key: finite, and never stored
       for (int64_t d = 0; d < depth; ++d)
-        std::memset(kt + d * kKeyBlock + nb, 0, (kKeyBlock - nb) * sizeof(uint32_t));
-      std::memset(sc + nb, 0, (kKeyBlock - nb) * sizeof(float));
+        std::memset(kt_block + d * kKeyBlock + block_keys, 0,
+                    (kKeyBlock - block_keys) * sizeof(uint32_t));
+      std::memset(scales + block_keys, 0, (kKeyBlock - block_keys) * sizeof(float));
     }
 
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t i = r - r0;
-      const int64_t a = std::max(s[i], b), z = std::min(e[i], b + nb);
-      if (a >= z) continue;
-      const uint32_t* q_row = q_dec + i * H * depth;
-      const float* w_row = p.weights + r * p.weights_stride;
-      float* out_row = p.out + r * p.out_stride;
-      for (int64_t t = (a - b) / kTile * kTile; b + t < z; t += kTile) {
-        tile_all_heads<F>(q_row, H, depth, kt + t, sc + t, w_row, lg);
-        const int64_t from = std::max(a, b + t), to = std::min(z, b + t + kTile);
-        std::memcpy(out_row + from, lg + (from - b - t), (to - from) * sizeof(float));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const int64_t i = r - row_begin;
+      // The row's keys inside this block.
+      const int64_t overlap_begin = std::max(window_begin[i], block_begin);
+      const int64_t overlap_end = std::min(window_end[i], block_begin + block_keys);
+      if (overlap_begin >= overlap_end) continue;
+      const uint32_t* q_row = q_decoded + i * H * depth;
+      const float* w_row = params.weights + r * params.weights_stride;
+      float* out_row = params.out + r * params.out_stride;
+      for (int64_t t = (overlap_begin - block_begin) / kTile * kTile; block_begin + t < overlap_end;
+           t += kTile) {
+        tile_all_heads<Format>(q_row, H, depth, kt_block + t, scales + t, w_row, logits);
+        const int64_t from = std::max(overlap_begin, block_begin + t);
+        const int64_t to = std::min(overlap_end, block_begin + t + kTile);
+        std::memcpy(out_row + from, logits + (from - block_begin - t), (to - from) * sizeof(float));
       }
     }
   }
 }
 
 // Dispatches the last, partial head group (1 .. HG heads) of a depth chunk / of the epilogue.
-template <class F, int HG>
+template <class Format, int HG>
 AITER_CPU_INLINE void head_group_chunk_tail(int heads, const uint32_t* q, int64_t q_stride,
                                             int64_t depth, const uint32_t* kt, float* acc,
                                             int64_t acc_stride, bool first) {
   if (heads == HG) {
-    F::template head_group_chunk<HG>(q, q_stride, depth, kt, acc, acc_stride, first);
+    Format::template head_group_chunk<HG>(q, q_stride, depth, kt, acc, acc_stride, first);
   } else if constexpr (HG > 1) {
-    head_group_chunk_tail<F, HG - 1>(heads, q, q_stride, depth, kt, acc, acc_stride, first);
+    head_group_chunk_tail<Format, HG - 1>(heads, q, q_stride, depth, kt, acc, acc_stride, first);
   }
 }
-template <class F, int HG>
+template <class Format, int HG>
 AITER_CPU_INLINE void head_group_finish_tail(int heads, const float* acc, int64_t acc_stride,
-                                             const float* sc, const float* w, float* lg) {
+                                             const float* scales, const float* w, float* logits) {
   if (heads == HG) {
-    F::template head_group_finish<HG>(acc, acc_stride, sc, w, lg);
+    Format::template head_group_finish<HG>(acc, acc_stride, scales, w, logits);
   } else if constexpr (HG > 1) {
-    head_group_finish_tail<F, HG - 1>(heads, acc, acc_stride, sc, w, lg);
+    head_group_finish_tail<Format, HG - 1>(heads, acc, acc_stride, scales, w, logits);
   }
 }
 
 // One depth chunk of one tile for one query row, heads [0, heads) of a head chunk: q holds
 // [heads][depth] words, acc [heads][acc_stride] floats (the tile's lanes at offset 0).
-template <class F>
-AITER_CPU_INLINE void tile_chunk(const uint32_t* q, int64_t heads, int64_t depth, const uint32_t* kt,
-                                 float* acc, int64_t acc_stride, bool first) {
-  constexpr int HG = F::kHeadGroup;
+template <class Format>
+AITER_CPU_INLINE void tile_chunk(const uint32_t* q, int64_t heads, int64_t depth,
+                                 const uint32_t* kt, float* acc, int64_t acc_stride, bool first) {
+  constexpr int HG = Format::kHeadGroup;
   int64_t h = 0;
   for (; h + HG <= heads; h += HG)
-    F::template head_group_chunk<HG>(q + h * depth, depth, depth, kt, acc + h * acc_stride,
-                                     acc_stride, first);
+    Format::template head_group_chunk<HG>(q + h * depth, depth, depth, kt, acc + h * acc_stride,
+                                          acc_stride, first);
   if (h < heads)
-    head_group_chunk_tail<F, HG - 1>(static_cast<int>(heads - h), q + h * depth, depth, depth, kt,
-                                     acc + h * acc_stride, acc_stride, first);
+    head_group_chunk_tail<Format, HG - 1>(static_cast<int>(heads - h), q + h * depth, depth, depth,
+                                          kt, acc + h * acc_stride, acc_stride, first);
 }
 
-// The epilogue of one tile for one query row, heads [0, heads) of a head chunk: lg += their terms.
-template <class F>
+// The epilogue of one tile for one query row, heads [0, heads) of a head chunk: logits += their
+// terms.
+template <class Format>
 AITER_CPU_INLINE void tile_finish(const float* acc, int64_t heads, int64_t acc_stride,
-                                  const float* sc, const float* w, float* lg) {
-  constexpr int HG = F::kHeadGroup;
+                                  const float* scales, const float* w, float* logits) {
+  constexpr int HG = Format::kHeadGroup;
   int64_t h = 0;
   for (; h + HG <= heads; h += HG)
-    F::template head_group_finish<HG>(acc + h * acc_stride, acc_stride, sc, w + h, lg);
+    Format::template head_group_finish<HG>(acc + h * acc_stride, acc_stride, scales, w + h, logits);
   if (h < heads)
-    head_group_finish_tail<F, HG - 1>(static_cast<int>(heads - h), acc + h * acc_stride,
-                                      acc_stride, sc, w + h, lg);
+    head_group_finish_tail<Format, HG - 1>(static_cast<int>(heads - h), acc + h * acc_stride,
+                                           acc_stride, scales, w + h, logits);
 }
 
 // The chunked path of one task (scheme at the top): spans of keys, head chunks, depth chunks.
-template <class F>
-AITER_CPU_INLINE void run_task_chunked(const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task,
-                                       uint32_t* scratch) {
-  constexpr int kTile = F::kTile;
+template <class Format>
+AITER_CPU_INLINE void run_task_chunked(const Fp8MqaLogitsParams& params, const Plan& plan,
+                                       int64_t task, uint32_t* scratch) {
+  constexpr int kTile = Format::kTile;
   static_assert(kKeyBlock % kTile == 0, "a K block holds whole tiles");
-  static_assert(cpu::kChunkRowHeads % F::kHeadGroup == 0, "head chunks hold whole head groups");
+  static_assert(cpu::kChunkRowHeads % Format::kHeadGroup == 0,
+                "head chunks hold whole head groups");
   static_assert(cpu::kSpanKeys % kKeyBlock == 0, "a span holds whole K blocks");
-  const int64_t H = p.H, D = p.D, depth = plan.depth;
-  const int64_t R = plan.rows_per_task, DC = plan.depth_chunk, HC = plan.head_chunk;
-  const int64_t S = plan.span_keys;
-  const int64_t r0 = (task / plan.key_chunks) * R;
-  const int64_t r1 = std::min(p.M, r0 + R);
-  const int64_t c0 = (task % plan.key_chunks) * plan.keys_per_chunk;
-  const int64_t c1 = std::min(p.N, c0 + plan.keys_per_chunk);
+  const int64_t H = params.H, D = params.D, depth = plan.depth;
+  const int64_t rows_per_task = plan.rows_per_task, depth_chunk = plan.depth_chunk,
+                head_chunk = plan.head_chunk;
+  const int64_t span_keys = plan.span_keys;
+  const int64_t row_begin = (task / plan.key_chunks) * rows_per_task;
+  const int64_t row_end = std::min(params.M, row_begin + rows_per_task);
+  const int64_t chunk_begin = (task % plan.key_chunks) * plan.keys_per_chunk;
+  const int64_t chunk_end = std::min(params.N, chunk_begin + plan.keys_per_chunk);
 
-  uint32_t* q_dec = scratch;                                   // [R][HC][dn]
-  uint32_t* kt = q_dec + plan.q_words;                         // [S / 64][dn][64]
-  float* acc = reinterpret_cast<float*>(kt + plan.kt_words);  // [R][HC][S]
-  float* lg = acc + plan.acc_words;                            // [R][S]
-  float* sc = lg + R * S;                                      // [S]
+  // [rows_per_task][head_chunk][chunk_depth]
+  uint32_t* q_decoded = scratch;
+  // [span_keys / kKeyBlock][chunk_depth][kKeyBlock]
+  uint32_t* kt_span = q_decoded + plan.q_words;
+  // [rows_per_task][head_chunk][span_keys]
+  float* acc = reinterpret_cast<float*>(kt_span + plan.kt_words);
+  // [rows_per_task][span_keys]
+  float* logits = acc + plan.acc_words;
+  // [span_keys]
+  float* scales = logits + rows_per_task * span_keys;
 
-  int64_t s[kMaxRowsPerTask], e[kMaxRowsPerTask], lo, hi;
-  task_windows(p, r0, r1, c0, c1, s, e, &lo, &hi);
+  int64_t window_begin[kMaxRowsPerTask], window_end[kMaxRowsPerTask], union_begin, union_end;
+  task_windows(params, row_begin, row_end, chunk_begin, chunk_end, window_begin, window_end,
+               &union_begin, &union_end);
 
-  for (int64_t b0 = lo; b0 < hi; b0 += S) {
-    const int64_t b1 = std::min(hi, b0 + S);
+  for (int64_t span_begin = union_begin; span_begin < union_end; span_begin += span_keys) {
+    const int64_t span_end = std::min(union_end, span_begin + span_keys);
     bool active[kMaxRowsPerTask];
     bool any = false;
-    for (int64_t i = 0; i < r1 - r0; ++i) {
-      active[i] = std::max(s[i], b0) < std::min(e[i], b1);
+    for (int64_t i = 0; i < row_end - row_begin; ++i) {
+      active[i] = std::max(window_begin[i], span_begin) < std::min(window_end[i], span_end);
       any |= active[i];
     }
     if (!any) continue;  // a gap between the windows (e.g. between requests)
 
-    const int64_t lanes = round_up(b1 - b0, kKeyBlock);
-    for (int64_t j = 0; j < b1 - b0; ++j) sc[j] = p.kv_scales[b0 + j];
-    std::memset(sc + (b1 - b0), 0, (lanes - (b1 - b0)) * sizeof(float));  // finite, never stored
-    for (int64_t i = 0; i < r1 - r0; ++i)
-      if (active[i]) std::memset(lg + i * S, 0, lanes * sizeof(float));
+    const int64_t lanes = round_up(span_end - span_begin, kKeyBlock);
+    for (int64_t j = 0; j < span_end - span_begin; ++j)
+      scales[j] = params.kv_scales[span_begin + j];
+    // Lanes past the span's last key: finite, and never stored.
+    std::memset(scales + (span_end - span_begin), 0,
+                (lanes - (span_end - span_begin)) * sizeof(float));
+    for (int64_t i = 0; i < row_end - row_begin; ++i)
+      if (active[i]) std::memset(logits + i * span_keys, 0, lanes * sizeof(float));
 
-    for (int64_t h0 = 0; h0 < H; h0 += HC) {
-      const int64_t hn = std::min(HC, H - h0);
-      for (int64_t d0 = 0; d0 < depth; d0 += DC) {
-        const int64_t dn = std::min(DC, depth - d0);
+    for (int64_t h0 = 0; h0 < H; h0 += head_chunk) {
+      const int64_t chunk_heads = std::min(head_chunk, H - h0);
+      for (int64_t d0 = 0; d0 < depth; d0 += depth_chunk) {
+        const int64_t chunk_depth = std::min(depth_chunk, depth - d0);
         const bool first = d0 == 0;
-        for (int64_t i = 0; i < r1 - r0; ++i) {
+        for (int64_t i = 0; i < row_end - row_begin; ++i) {
           if (!active[i]) continue;
-          for (int64_t h = 0; h < hn; ++h)
-            F::decode_words(p.q + ((r0 + i) * H + h0 + h) * D, D, d0, dn, q_dec + (i * HC + h) * dn,
-                            1);
+          for (int64_t h = 0; h < chunk_heads; ++h)
+            Format::decode_words(params.q + ((row_begin + i) * H + h0 + h) * D, D, d0, chunk_depth,
+                                 q_decoded + (i * head_chunk + h) * chunk_depth, 1);
         }
         // The K chunk of every needed block of the span; with a single depth chunk it serves every
         // head chunk, so it is decoded once per span.
-        const bool decode_kt = h0 == 0 || depth > DC;
-        for (int64_t b = b0; b < b1; b += kKeyBlock) {
-          const int64_t nb = std::min<int64_t>(kKeyBlock, b1 - b);
+        const bool decode_kt = h0 == 0 || depth > depth_chunk;
+        for (int64_t block_begin = span_begin; block_begin < span_end; block_begin += kKeyBlock) {
+          const int64_t block_keys = std::min<int64_t>(kKeyBlock, span_end - block_begin);
           bool needed = false;
-          for (int64_t i = 0; i < r1 - r0; ++i) needed |= std::max(s[i], b) < std::min(e[i], b + nb);
+          for (int64_t i = 0; i < row_end - row_begin; ++i)
+            needed |= std::max(window_begin[i], block_begin) <
+                      std::min(window_end[i], block_begin + block_keys);
           if (!needed) continue;
 
-          uint32_t* kt_b = kt + (b - b0) * dn;  // block (b - b0) / kKeyBlock: [dn][kKeyBlock]
+          // Block (block_begin - span_begin) / kKeyBlock of the span: [chunk_depth][kKeyBlock].
+          uint32_t* kt_block = kt_span + (block_begin - span_begin) * chunk_depth;
           if (decode_kt) {
-            for (int64_t j = 0; j < nb; ++j)
-              F::decode_words(p.kv + (b + j) * D, D, d0, dn, kt_b + j, kKeyBlock);
-            if (nb < kKeyBlock) {  // zero lanes past the last key: finite, and never stored
-              for (int64_t d = 0; d < dn; ++d)
-                std::memset(kt_b + d * kKeyBlock + nb, 0, (kKeyBlock - nb) * sizeof(uint32_t));
+            for (int64_t j = 0; j < block_keys; ++j)
+              Format::decode_words(params.kv + (block_begin + j) * D, D, d0, chunk_depth,
+                                   kt_block + j, kKeyBlock);
+            if (block_keys < kKeyBlock) {  // zero lanes past the last key: finite, and never stored
+              for (int64_t d = 0; d < chunk_depth; ++d)
+                std::memset(kt_block + d * kKeyBlock + block_keys, 0,
+                            (kKeyBlock - block_keys) * sizeof(uint32_t));
             }
           }
-          for (int64_t i = 0; i < r1 - r0; ++i) {
-            const int64_t a = std::max(s[i], b), z = std::min(e[i], b + nb);
-            if (a >= z) continue;
-            for (int64_t t = (a - b) / kTile * kTile; b + t < z; t += kTile)
-              tile_chunk<F>(q_dec + i * HC * dn, hn, dn, kt_b + t, acc + i * HC * S + (b - b0) + t,
-                            S, first);
+          for (int64_t i = 0; i < row_end - row_begin; ++i) {
+            // The row's keys inside this block.
+            const int64_t overlap_begin = std::max(window_begin[i], block_begin);
+            const int64_t overlap_end = std::min(window_end[i], block_begin + block_keys);
+            if (overlap_begin >= overlap_end) continue;
+            for (int64_t t = (overlap_begin - block_begin) / kTile * kTile;
+                 block_begin + t < overlap_end; t += kTile)
+              tile_chunk<Format>(q_decoded + i * head_chunk * chunk_depth, chunk_heads, chunk_depth,
+                                 kt_block + t,
+                                 acc + i * head_chunk * span_keys + (block_begin - span_begin) + t,
+                                 span_keys, first);
           }
         }
       }
       // The head chunk's epilogue, h ascending, into the span's logits.
-      for (int64_t i = 0; i < r1 - r0; ++i) {
+      for (int64_t i = 0; i < row_end - row_begin; ++i) {
         if (!active[i]) continue;
-        const float* w_row = p.weights + (r0 + i) * p.weights_stride + h0;
-        for (int64_t b = b0; b < b1; b += kKeyBlock) {
-          const int64_t nb = std::min<int64_t>(kKeyBlock, b1 - b);
-          const int64_t a = std::max(s[i], b), z = std::min(e[i], b + nb);
-          if (a >= z) continue;
-          for (int64_t t = (a - b) / kTile * kTile; b + t < z; t += kTile) {
-            const int64_t o = (b - b0) + t;
-            tile_finish<F>(acc + i * HC * S + o, hn, S, sc + o, w_row, lg + i * S + o);
+        const float* w_row = params.weights + (row_begin + i) * params.weights_stride + h0;
+        for (int64_t block_begin = span_begin; block_begin < span_end; block_begin += kKeyBlock) {
+          const int64_t block_keys = std::min<int64_t>(kKeyBlock, span_end - block_begin);
+          const int64_t overlap_begin = std::max(window_begin[i], block_begin);
+          const int64_t overlap_end = std::min(window_end[i], block_begin + block_keys);
+          if (overlap_begin >= overlap_end) continue;
+          for (int64_t t = (overlap_begin - block_begin) / kTile * kTile;
+               block_begin + t < overlap_end; t += kTile) {
+            const int64_t span_offset = (block_begin - span_begin) + t;
+            tile_finish<Format>(acc + i * head_chunk * span_keys + span_offset, chunk_heads,
+                                span_keys, scales + span_offset, w_row,
+                                logits + i * span_keys + span_offset);
           }
         }
       }
     }
-    for (int64_t i = 0; i < r1 - r0; ++i) {
+    for (int64_t i = 0; i < row_end - row_begin; ++i) {
       if (!active[i]) continue;
-      const int64_t a = std::max(s[i], b0), z = std::min(e[i], b1);
-      std::memcpy(p.out + (r0 + i) * p.out_stride + a, lg + i * S + (a - b0),
-                  (z - a) * sizeof(float));
+      const int64_t overlap_begin = std::max(window_begin[i], span_begin);
+      const int64_t overlap_end = std::min(window_end[i], span_end);
+      std::memcpy(params.out + (row_begin + i) * params.out_stride + overlap_begin,
+                  logits + i * span_keys + (overlap_begin - span_begin),
+                  (overlap_end - overlap_begin) * sizeof(float));
     }
   }
 }
@@ -680,47 +730,48 @@ using TaskFn = void (*)(const Fp8MqaLogitsParams&, const Plan&, int64_t, uint32_
 // broadcast: 21 of the 32 zmm registers (avx512, avx512bf16: 64 keys per tile), 11 of the 16 ymm
 // (avx2: 16 keys), and the same shape in 16-byte vectors for SSE2 / NEON (generic). Each variant has
 // a whole-depth and a chunked entry, compiled for the same target (the same FMA contraction).
-void task_generic(const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task, uint32_t* scratch) {
-  run_task<Fp32Format<4, 2, 4>>(p, plan, task, scratch);
+void task_generic(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
+                  uint32_t* scratch) {
+  run_task<Fp32Format<4, 2, 4>>(params, plan, task, scratch);
 }
-void task_generic_chunked(const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task,
+void task_generic_chunked(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
                           uint32_t* scratch) {
-  run_task_chunked<Fp32Format<4, 2, 4>>(p, plan, task, scratch);
+  run_task_chunked<Fp32Format<4, 2, 4>>(params, plan, task, scratch);
 }
 
 #ifdef AITER_CPU_X86
-__attribute__((target("avx2,fma"))) void task_avx2(const Fp8MqaLogitsParams& p, const Plan& plan,
-                                                   int64_t task, uint32_t* scratch) {
-  run_task<Fp32Format<8, 2, 4>>(p, plan, task, scratch);
+__attribute__((target("avx2,fma"))) void task_avx2(const Fp8MqaLogitsParams& params,
+                                                   const Plan& plan, int64_t task,
+                                                   uint32_t* scratch) {
+  run_task<Fp32Format<8, 2, 4>>(params, plan, task, scratch);
 }
-__attribute__((target("avx2,fma"))) void task_avx2_chunked(const Fp8MqaLogitsParams& p,
+__attribute__((target("avx2,fma"))) void task_avx2_chunked(const Fp8MqaLogitsParams& params,
                                                            const Plan& plan, int64_t task,
                                                            uint32_t* scratch) {
-  run_task_chunked<Fp32Format<8, 2, 4>>(p, plan, task, scratch);
+  run_task_chunked<Fp32Format<8, 2, 4>>(params, plan, task, scratch);
 }
-__attribute__((target("avx512f,avx2,fma"))) void task_avx512(const Fp8MqaLogitsParams& p,
+__attribute__((target("avx512f,avx2,fma"))) void task_avx512(const Fp8MqaLogitsParams& params,
                                                              const Plan& plan, int64_t task,
                                                              uint32_t* scratch) {
-  run_task<Fp32Format<16, 4, 4>>(p, plan, task, scratch);
+  run_task<Fp32Format<16, 4, 4>>(params, plan, task, scratch);
 }
-__attribute__((target("avx512f,avx2,fma"))) void task_avx512_chunked(const Fp8MqaLogitsParams& p,
-                                                                     const Plan& plan, int64_t task,
-                                                                     uint32_t* scratch) {
-  run_task_chunked<Fp32Format<16, 4, 4>>(p, plan, task, scratch);
+__attribute__((target("avx512f,avx2,fma"))) void task_avx512_chunked(
+    const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
+  run_task_chunked<Fp32Format<16, 4, 4>>(params, plan, task, scratch);
 }
 __attribute__((target("avx512f,avx512bf16,avx2,fma"))) void task_avx512bf16(
-    const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task, uint32_t* scratch) {
-  run_task<Bf16PairFormat<4, 4>>(p, plan, task, scratch);
+    const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
+  run_task<Bf16PairFormat<4, 4>>(params, plan, task, scratch);
 }
 __attribute__((target("avx512f,avx512bf16,avx2,fma"))) void task_avx512bf16_chunked(
-    const Fp8MqaLogitsParams& p, const Plan& plan, int64_t task, uint32_t* scratch) {
-  run_task_chunked<Bf16PairFormat<4, 4>>(p, plan, task, scratch);
+    const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
+  run_task_chunked<Bf16PairFormat<4, 4>>(params, plan, task, scratch);
 }
 #endif
 
 struct Variant {
   const char* name;
-  TaskFn fn;
+  TaskFn whole_depth_fn;
   TaskFn chunked_fn;
   bool bf16_pairs;
 };
@@ -769,13 +820,13 @@ struct AlignedScratch {
 
 const char* fp8_mqa_logits_cpu_variant() { return pick_variant().name; }
 
-void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p) {
-  if (p.M <= 0 || p.N <= 0) return;
+void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& params) {
+  if (params.M <= 0 || params.N <= 0) return;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const Variant variant = pick_variant();
   const Plan plan =
-      make_plan(p, threads, variant.bf16_pairs ? (p.D + 1) / 2 : p.D, pick_chunks());
-  const TaskFn run = plan.chunked ? variant.chunked_fn : variant.fn;
+      make_plan(params, threads, variant.bf16_pairs ? (params.D + 1) / 2 : params.D, pick_chunks());
+  const TaskFn run = plan.chunked ? variant.chunked_fn : variant.whole_depth_fn;
   // Tasks are handed out dynamically (windows make them very unequal); which thread runs a task
   // does not change any value, see the determinism note at the top.
   std::atomic<int64_t> next_task{0};
@@ -786,7 +837,7 @@ void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p) {
       for (;;) {
         const int64_t task = next_task.fetch_add(1, std::memory_order_relaxed);
         if (task >= plan.tasks) break;
-        run(p, plan, task, scratch.ptr);
+        run(params, plan, task, scratch.ptr);
       }
     });
   } catch (const std::bad_alloc&) {

@@ -60,8 +60,9 @@ constexpr int kTasksPerThread = 8;
 }  // namespace cpu
 
 // Computes the whole op on the calling process's ATen intra-op threads.
-// Precondition: `p` was validated by the binding (shapes, strides, M > 0, N > 0).
-// Every in-window element is written; outside the window, -inf when p.clean_logits, else untouched.
+// Precondition: `params` was validated by the binding (shapes, strides, M > 0, N > 0).
+// Every in-window element is written; outside the window, -inf when params.clean_logits, else
+// untouched.
 // Bitwise deterministic: each element is summed in a fixed order (d ascending, then h ascending)
 // whatever the thread count, task split or depth/head chunking. The SIMD variant is the best this
 // CPU runs; AITER_FP8_MQA_CPU_SIMD=generic|avx2|avx512|avx512bf16 caps it (to test the narrower
@@ -70,7 +71,7 @@ constexpr int kTasksPerThread = 8;
 // whole-depth path, which must give the same bits.
 // Throws std::runtime_error (a RuntimeError in Python) when the scratch cannot be allocated or the
 // override is malformed.
-void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& p);
+void fp8_mqa_logits_cpu(const Fp8MqaLogitsParams& params);
 
 // Name of the SIMD variant fp8_mqa_logits_cpu runs here: "generic", "avx2", "avx512" or "avx512bf16".
 const char* fp8_mqa_logits_cpu_variant();
