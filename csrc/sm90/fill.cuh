@@ -47,12 +47,11 @@ __device__ __forceinline__ void fill_row_run(float* row, int begin, int end, int
 // The row windows of kFillBatchBlocks blocks are loaded at once, one row per fill thread (one round
 // of independent loads), and each block's union is folded from shared memory in the walk: near the
 // end of a causal chunk a CTA's share spans hundreds of blocks of a tile or two each, and dependent
-// loads per block would make the walk latency-bound. (Deriving each block's span on one thread
-// instead, its kRowsPerBlock row loads in turn, measured on the H200 +8% on 1024x1024 causal H=64
-// and +3% on 4096x32768 causal H=64, clean or not: not the fill's own time, but with that code
-// ptxas scheduled the H=64 math epilogue worse, its 48 relu FADDs sunk below the k_empty arrive and
-// the first-tile branch instead of issued right after the wgmma wait. Check that schedule in the
-// SASS when this function changes.)
+// loads per block would make the walk latency-bound. This shape of the walk also matters to the
+// math warpgroups: with a per-block derivation on one thread here, ptxas schedules the H=64
+// epilogue's relu FADDs below the k_empty arrive and the first-tile branch instead of right after
+// the wgmma wait, which slows every H=64 row (docs/performance.md, issue 9's A/B). Check that
+// schedule in the SASS when this function changes.
 template <int H>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
   using Shape = BlockShape<H>;
@@ -108,7 +107,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
       units_left -= take;
       unit = 0;
     }
-    fill_warps_sync();  // before the next batch overwrites fill_span
+    fill_warps_sync();  // before the next batch overwrites fill_window
   }
 }
 

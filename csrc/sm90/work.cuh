@@ -79,11 +79,8 @@ __device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs&
 // The union of Q block `block`'s row windows (rows past M have none), held in 32 bits (windows lie
 // in [0, N], and the launcher keeps N below 2^31). All the block's bounds are loaded before any is
 // used, one round of independent loads (rows past M read row M - 1's bounds, then left out): the
-// plan scan prices its blocks one after another on each thread, and with each row's loads consumed
-// (clamped, 64-bit) before the next row's were issued, a block cost kRowsPerBlock load latencies
-// plus the clamp chains, twice (pricing, then the owner's walk). Measured on the H200 (same-run A/B
-// against the pre-refactor kernel): 128x4096 and 64x8192 causal 1.01-1.03 -> 0.97-0.99, short64
-// 65536x65536 no-clean 0.91-0.93, the other rows unchanged.
+// plan scan prices its blocks one after another on each thread, twice (pricing, then the owner's
+// walk), so a block costs one load latency instead of kRowsPerBlock of them plus the clamp chains.
 template <int H>
 __device__ __forceinline__ scheduler::BlockUnion<int> load_block_union(const KernelArgs& args, int64_t block) {
   constexpr int kRows = BlockShape<H>::kRowsPerBlock;
