@@ -250,26 +250,36 @@ struct Fp32Format {
     for (int64_t d = 0; d < D; ++d) out[d * stride] = table[src[d]];
   }
 
+  // acc[h][v] += q[h][d] * kt[d][v] for d < depth, d ascending: the HGH heads starting at q (row
+  // stride q_stride), the tile starting at kt (leading dim kKeyBlock). The one FMA chain both paths
+  // run, so a depth chunk continues exactly the whole-depth path's sequence.
+  template <int HGH>
+  static AITER_CPU_INLINE void accumulate(typename Simd<W>::floats (&acc)[HGH][NV], const uint32_t* q_words,
+                                          int64_t q_stride, int64_t depth, const uint32_t* kt_words) {
+    typedef typename Simd<W>::floats vf;
+    const float* __restrict q = reinterpret_cast<const float*>(q_words);
+    const float* __restrict kt = reinterpret_cast<const float*>(kt_words);
+    for (int64_t d = 0; d < depth; ++d) {
+      const float* krow = kt + d * kKeyBlock;
+      vf k[NV];
+      for (int v = 0; v < NV; ++v) k[v] = *reinterpret_cast<const vf*>(krow + v * W);
+      for (int h = 0; h < HGH; ++h) {
+        const vf qb = q[h * q_stride + d] - vf{};  // broadcast (x - 0 is exactly x)
+        for (int v = 0; v < NV; ++v) acc[h][v] += qb * k[v];
+      }
+    }
+  }
+
   // The HGH heads starting at q, the tile starting at kt (leading dim kKeyBlock).
   template <int HGH>
   static AITER_CPU_INLINE void head_group(const uint32_t* q_words, int64_t depth,
                                           const uint32_t* kt_words, const float* scales,
                                           const float* w, float* logits) {
     typedef typename Simd<W>::floats vf;
-    const float* __restrict q = reinterpret_cast<const float*>(q_words);
-    const float* __restrict kt = reinterpret_cast<const float*>(kt_words);
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v) acc[h][v] = vf{};
-    for (int64_t d = 0; d < depth; ++d) {
-      const float* krow = kt + d * kKeyBlock;
-      vf k[NV];
-      for (int v = 0; v < NV; ++v) k[v] = *reinterpret_cast<const vf*>(krow + v * W);
-      for (int h = 0; h < HGH; ++h) {
-        const vf qb = q[h * depth + d] - vf{};  // broadcast (x - 0 is exactly x)
-        for (int v = 0; v < NV; ++v) acc[h][v] += qb * k[v];
-      }
-    }
+    accumulate<HGH>(acc, q_words, depth, depth, kt_words);
     head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 
@@ -288,21 +298,11 @@ struct Fp32Format {
                                                 int64_t depth, const uint32_t* kt_words,
                                                 float* acc_buf, int64_t acc_stride, bool first) {
     typedef typename Simd<W>::floats vf;
-    const float* __restrict q = reinterpret_cast<const float*>(q_words);
-    const float* __restrict kt = reinterpret_cast<const float*>(kt_words);
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         acc[h][v] = first ? vf{} : *reinterpret_cast<const vf*>(acc_buf + h * acc_stride + v * W);
-    for (int64_t d = 0; d < depth; ++d) {
-      const float* krow = kt + d * kKeyBlock;
-      vf k[NV];
-      for (int v = 0; v < NV; ++v) k[v] = *reinterpret_cast<const vf*>(krow + v * W);
-      for (int h = 0; h < HGH; ++h) {
-        const vf qb = q[h * q_stride + d] - vf{};  // broadcast (x - 0 is exactly x)
-        for (int v = 0; v < NV; ++v) acc[h][v] += qb * k[v];
-      }
-    }
+    accumulate<HGH>(acc, q_words, q_stride, depth, kt_words);
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         *reinterpret_cast<vf*>(acc_buf + h * acc_stride + v * W) = acc[h][v];
@@ -343,6 +343,27 @@ struct Bf16PairFormat {
   }
 
   // Its own target attribute (not inlined into generic code): the instruction needs AVX512-BF16.
+  // acc[h][v] += the two products of word d of q[h] and of kt[d][v], d ascending (as Fp32Format's
+  // accumulate): the one chain of both paths. Inlined into its callers, which carry the same target.
+  template <int HGH>
+  __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void accumulate(
+      Simd<16>::floats (&acc)[HGH][NV], const uint32_t* __restrict q, int64_t q_stride, int64_t depth,
+      const uint32_t* __restrict kt) {
+    typedef Simd<16>::floats vf;
+    for (int64_t d = 0; d < depth; ++d) {
+      const uint32_t* krow = kt + d * kKeyBlock;
+      __m512i k[NV];
+      for (int v = 0; v < NV; ++v) k[v] = _mm512_load_si512(krow + v * W);
+      for (int h = 0; h < HGH; ++h) {
+        const __m512i qb = _mm512_set1_epi32(static_cast<int32_t>(q[h * q_stride + d]));
+        for (int v = 0; v < NV; ++v)
+          acc[h][v] = reinterpret_cast<vf>(_mm512_dpbf16_ps(reinterpret_cast<__m512>(acc[h][v]),
+                                                            reinterpret_cast<__m512bh>(k[v]),
+                                                            reinterpret_cast<__m512bh>(qb)));
+      }
+    }
+  }
+
   template <int HGH>
   __attribute__((target("avx512f,avx512bf16"))) static void head_group(
       const uint32_t* __restrict q, int64_t depth, const uint32_t* __restrict kt,
@@ -351,18 +372,7 @@ struct Bf16PairFormat {
     vf acc[HGH][NV];
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v) acc[h][v] = vf{};
-    for (int64_t d = 0; d < depth; ++d) {
-      const uint32_t* krow = kt + d * kKeyBlock;
-      __m512i k[NV];
-      for (int v = 0; v < NV; ++v) k[v] = _mm512_load_si512(krow + v * W);
-      for (int h = 0; h < HGH; ++h) {
-        const __m512i qb = _mm512_set1_epi32(static_cast<int32_t>(q[h * depth + d]));
-        for (int v = 0; v < NV; ++v)
-          acc[h][v] = reinterpret_cast<vf>(_mm512_dpbf16_ps(reinterpret_cast<__m512>(acc[h][v]),
-                                                            reinterpret_cast<__m512bh>(k[v]),
-                                                            reinterpret_cast<__m512bh>(qb)));
-      }
-    }
+    accumulate<HGH>(acc, q, depth, depth, kt);
     head_group_epilogue<W, NV, HGH>(acc, scales, w, logits);
   }
 
@@ -386,18 +396,7 @@ struct Bf16PairFormat {
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         acc[h][v] = first ? vf{} : *reinterpret_cast<const vf*>(acc_buf + h * acc_stride + v * W);
-    for (int64_t d = 0; d < depth; ++d) {
-      const uint32_t* krow = kt + d * kKeyBlock;
-      __m512i k[NV];
-      for (int v = 0; v < NV; ++v) k[v] = _mm512_load_si512(krow + v * W);
-      for (int h = 0; h < HGH; ++h) {
-        const __m512i qb = _mm512_set1_epi32(static_cast<int32_t>(q[h * q_stride + d]));
-        for (int v = 0; v < NV; ++v)
-          acc[h][v] = reinterpret_cast<vf>(_mm512_dpbf16_ps(reinterpret_cast<__m512>(acc[h][v]),
-                                                            reinterpret_cast<__m512bh>(k[v]),
-                                                            reinterpret_cast<__m512bh>(qb)));
-      }
-    }
+    accumulate<HGH>(acc, q, q_stride, depth, kt);
     for (int h = 0; h < HGH; ++h)
       for (int v = 0; v < NV; ++v)
         *reinterpret_cast<vf*>(acc_buf + h * acc_stride + v * W) = acc[h][v];
