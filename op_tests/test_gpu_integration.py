@@ -93,3 +93,35 @@ def test_vllm_chunk_topk_agreement_cpu():
     # Small enough for two cores, still with rows of >= 2048 keys.
     frac, rows, _, _ = vllm_indexer_chunk.agreement(requests=((2100, 24), (0, 16), (2500, 8)), heads=8, device="cpu")
     assert rows > 0 and frac >= 0.999
+
+
+@needs_gpu_kernel
+@pytest.mark.parametrize("heads", [32, 64])
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+def test_long_chunk_of_mixed_windows_over_many_plan_rounds(heads, clean):
+    """A chunk of 30000 rows (2500 / 5000 Q blocks: several rounds of the sm90 plan kernel's 1024
+    threads) with windows of every kind mixed: empty, 1-8 keys (the exact path), short, long, clamped.
+    Every in-window element is written and finite, the -inf pattern is exact with clean_logits and
+    nothing outside a window is written without it (a NaN-poisoned out), and sampled rows match the
+    float64 reference."""
+    from test_fp8_mqa_logits import check_result  # noqa: E402  (op_tests is on sys.path under pytest)
+    from aiter.testing.mqa_logits import reference_logits, window_mask
+
+    M, N = 30000, 8192
+    gen = torch.Generator().manual_seed(heads + clean)
+    lengths = torch.tensor([0, 1, 2, 3, 5, 8, 9, 64, 300, 2000, N + 100])[torch.randint(0, 11, (M,), generator=gen)]
+    ks = torch.randint(-50, N, (M,), generator=gen)
+    ke = ks + lengths
+    ks, ke = ks.to(torch.int32).cuda(), ke.clamp(max=2**31 - 1).to(torch.int32).cuda()
+    q, kv, s, w = make_inputs(M, N, heads, 128, "cuda", seed=7)
+    out = torch.full((M, N), float("nan"), device="cuda")
+    fp8_mqa_logits(q, kv, s, w, ks, ke, clean, out=out)
+    inside = window_mask(ks, ke, N)
+    assert torch.isfinite(out[inside]).all(), "an in-window element is missing or not finite"
+    if clean:
+        assert torch.equal(torch.isneginf(out), ~inside), "the -inf pattern differs from the windows"
+    else:
+        assert torch.isnan(out[~inside]).all(), "an element outside the windows was written"
+    rows = torch.randperm(M, generator=gen)[:256].cuda()
+    ref = reference_logits(q[rows], kv, s, w[rows], ks[rows], ke[rows], clean)
+    check_result(out[rows], ref, ks[rows], ke[rows], N, clean, "cuda")

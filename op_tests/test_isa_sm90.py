@@ -59,3 +59,22 @@ def test_serialised_wgmma_warning_fails():
 def test_no_kernel_fails():
     failures, _ = evaluate("", GOOD_LOG)
     assert any("no fp8_mqa_logits kernel" in f for f in failures)
+
+
+PLAN = "_ZN5aiter4sm9017build_plan_kernelILi32EEEvNS_18Fp8MqaLogitsParamsENS0_13PlanWorkspaceEi"
+PLAN_LOG = GOOD_LOG + f"""ptxas info    : Function properties for {PLAN}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 56 registers
+"""
+PLAN_BODY = """        /*0000*/                   LDG.E R2, desc[UR4][R2.64] ;
+        /*0010*/                   EXIT ;"""
+
+
+def test_helper_kernel_needs_no_qgmma_but_no_spills():
+    two = sass(LOOP) + f"\t\tFunction : {PLAN}\n{PLAN_BODY}\n"
+    failures, summary = evaluate(two, PLAN_LOG)
+    assert failures == [] and any(PLAN in line for line in summary)
+    spilled = PLAN_LOG.replace(f"{PLAN}\n    0 bytes stack frame, 0 bytes spill stores",
+                               f"{PLAN}\n    8 bytes stack frame, 8 bytes spill stores")
+    failures, _ = evaluate(two, spilled)
+    assert any(PLAN in f and "spills 8" in f for f in failures)

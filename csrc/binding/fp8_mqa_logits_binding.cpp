@@ -310,7 +310,14 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   if (gpu_backend == nullptr) {
     aiter::fp8_mqa_logits_cpu(p);
   } else {
-    const char* err = gpu_backend->launch(p, split_n, device.index(), current_stream(device));
+    // Scratch from the caching allocator, ordered on the current stream like the output: no sync, and
+    // inside a CUDA-graph capture it comes from the graph's pool.
+    const size_t workspace_bytes = gpu_backend->workspace_bytes(p, device.index());
+    const at::Tensor workspace =
+        workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte))
+                            : at::Tensor();
+    const char* err = gpu_backend->launch(p, split_n, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+                                          device.index(), current_stream(device));
     TORCH_CHECK(err == nullptr, AITER_OP, gpu_backend->name, " launch failed on ", device, ": ", err);
   }
   return result;

@@ -4,6 +4,7 @@
 // on q's GPU and launches through it. Torch-free and vendor-runtime-free: the binding stays one
 // host-compiler file whatever the build holds.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +28,10 @@ struct GpuBackend {
   bool has_fixed_grid;         // takes split_n (fixed-grid splits); others refuse a nonzero one
   bool (*serves)(long long heads, long long head_dim);
   const char* (*check_device)(int device_index);  // nullptr when the GPU runs this backend
-  const char* (*launch)(const Fp8MqaLogitsParams& params, int64_t split_n, int device_index, void* stream);
+  // Device bytes the launch needs as scratch (0: none); the binding allocates them per call.
+  size_t (*workspace_bytes)(const Fp8MqaLogitsParams& params, int device_index);
+  const char* (*launch)(const Fp8MqaLogitsParams& params, int64_t split_n, void* workspace, int device_index,
+                        void* stream);
 };
 
 template <size_t Heads, size_t HeadDims>
@@ -46,14 +50,16 @@ inline const std::vector<GpuBackend>& gpu_backends() {
 #ifdef AITER_WITH_SM90
       {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), sm90::kHasFixedGrid,
        [](long long heads, long long head_dim) { return sm90::serves(heads, head_dim); }, &sm90::check_device,
-       [](const Fp8MqaLogitsParams& params, int64_t, int device_index, void* stream) {
-         return sm90::launch(params, device_index, stream);
+       &sm90::workspace_bytes,
+       [](const Fp8MqaLogitsParams& params, int64_t, void* workspace, int device_index, void* stream) {
+         return sm90::launch(params, workspace, device_index, stream);
        }},
 #endif
 #ifdef AITER_WITH_GFX950
       {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), gfx950::kHasFixedGrid,
        [](long long heads, long long head_dim) { return gfx950::serves(heads, head_dim); }, &gfx950::check_device,
-       [](const Fp8MqaLogitsParams& params, int64_t split_n, int device_index, void* stream) {
+       [](const Fp8MqaLogitsParams&, int) { return size_t(0); },  // plans inside the kernel
+       [](const Fp8MqaLogitsParams& params, int64_t split_n, void*, int device_index, void* stream) {
          return gfx950::launch(params, static_cast<int>(split_n), device_index, stream);
        }},
 #endif

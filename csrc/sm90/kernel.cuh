@@ -9,7 +9,8 @@
 //   kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks/ke [M] i32
 //   out [M, N] f32, row stride out_stride
 //
-// One CTA per SM, 512 threads in four roles, each in its own file:
+// A pricing kernel (plan.cuh) first prices every Q block; then one CTA per SM, 512 threads in four
+// roles, each in its own file:
 //   all threads              plan.cuh        the CTA's balanced share of the compute and fill lists
 //   warpgroup 0, warp 0      producer.cuh    Q blocks into slots (TMA, weights, windows), K tiles into the ring
 //   warpgroup 0, warps 1-3   exact_rows.cuh  rows of 1..kExactKeys keys on the CUDA cores, then
@@ -35,10 +36,11 @@
 namespace aiter {
 namespace sm90 {
 
+// `block_units`: [num_blocks] int2, written by price_blocks_kernel just before on the stream.
 template <int H>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_mqa_logits_sm90_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                               const KernelArgs args) {
+                               const KernelArgs args, const int2* __restrict__ block_units) {
   extern __shared__ uint8_t dynamic_smem[];
   SharedStorage& smem = shared_storage(dynamic_smem);
   // Through a shuffle so the compiler knows it is warp-uniform (else it serialises the wgmmas).
@@ -49,7 +51,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma_prefetch_descriptor(&k_map);
     init_barriers(smem);
   }
-  plan_shares<H>(args, smem);  // ends with __syncthreads, which also publishes the barrier inits
+  // This CTA may have started while the pricing kernel runs (programmatic dependent launch): the
+  // setup above overlaps it. Nothing else this kernel reads is written by the pricing kernel.
+  grid_dependency_wait();
+  cut_shares<H>(args, block_units, smem);  // ends with __syncthreads, which also publishes the barrier inits
 
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegs>();

@@ -4,14 +4,19 @@
 //
 // Tensors: Q [M, H, 128] e4m3 and K [N, 128] e4m3 get 2-D tensor maps (rows of 128 bytes, 128-byte
 // swizzle: the layout wgmma reads from shared memory); everything else goes to the kernel as
-// pointers in Fp8MqaLogitsParams. One persistent CTA per SM (kernel.cuh describes the kernel).
+// pointers in Fp8MqaLogitsParams. A pricing kernel (plan.cuh) writes every Q block's price into the
+// call's workspace; then one persistent CTA per SM (kernel.cuh describes the kernel) cuts its share.
 // Why a .cu of its own: the ATen binding stays a host-compiler file that only sees launcher.h.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "sm90/capabilities.h"
 #include "sm90/launcher.h"
 #include "sm90/kernel.cuh"
+#include "sm90/plan.cuh"
 
 namespace aiter {
 namespace {
@@ -47,19 +52,69 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// One flag per device and H: the kernel's dynamic shared-memory limit is raised once per device.
+constexpr int kMaxDevices = 64;
+
 template <int H>
-const char* launch_heads(const Fp8MqaLogitsParams& params, int num_sms, cudaStream_t stream) {
+const char* reserve_shared_memory(int device_index, size_t smem) {
+  static std::atomic<bool> reserved[kMaxDevices] = {};
+  if (device_index < kMaxDevices && reserved[device_index].load(std::memory_order_acquire)) return nullptr;
+  if (cudaFuncSetAttribute(sm90::fp8_mqa_logits_sm90_kernel<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess)
+    return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
+  if (device_index < kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
+  return nullptr;
+}
+
+// The device's SM count, queried once per device (the grid has one CTA per SM); 0 when the query fails.
+int sm_count(int device_index) {
+  static std::atomic<int> cached[kMaxDevices] = {};
+  if (device_index >= 0 && device_index < kMaxDevices) {
+    const int known = cached[device_index].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int num_sms = 0;
+  if (cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device_index) != cudaSuccess || num_sms <= 0)
+    return 0;
+  if (device_index >= 0 && device_index < kMaxDevices) cached[device_index].store(num_sms, std::memory_order_relaxed);
+  return num_sms;
+}
+
+int64_t num_blocks(const Fp8MqaLogitsParams& params) {
+  const int64_t rows_per_block = sm90::kQTileCols / params.H;
+  return (params.M + rows_per_block - 1) / rows_per_block;
+}
+
+// The pricing kernel, then the main kernel as its programmatic dependent (plan.cuh says why).
+template <int H>
+const char* launch_heads(const Fp8MqaLogitsParams& params, void* workspace, int device_index, int num_sms,
+                         cudaStream_t stream) {
   CUtensorMap q_map, k_map;
   if (!make_row_map(&q_map, params.q, static_cast<uint64_t>(params.M) * H, sm90::kQBoxRows) ||
       !make_row_map(&k_map, params.kv, static_cast<uint64_t>(params.N), sm90::kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
   const size_t smem = sizeof(sm90::SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
-  auto kernel = sm90::fp8_mqa_logits_sm90_kernel<H>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-      cudaSuccess)
-    return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
-  kernel<<<num_sms, sm90::kThreads, smem, stream>>>(q_map, k_map, params);
-  const cudaError_t err = cudaGetLastError();
+  if (const char* err = reserve_shared_memory<H>(device_index, smem)) return err;
+
+  int2* block_units = static_cast<int2*>(workspace);
+  const int64_t blocks = num_blocks(params);
+  const unsigned price_ctas = static_cast<unsigned>((blocks + sm90::kPriceThreads - 1) / sm90::kPriceThreads);
+  sm90::price_blocks_kernel<H><<<price_ctas, sm90::kPriceThreads, 0, stream>>>(params, block_units);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+
+  cudaLaunchAttribute dependent_launch[1];
+  dependent_launch[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent_launch[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(num_sms);
+  config.blockDim = dim3(sm90::kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = dependent_launch;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, sm90::fp8_mqa_logits_sm90_kernel<H>, q_map, k_map, params,
+                           static_cast<const int2*>(block_units));
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
@@ -77,18 +132,23 @@ const char* check_device(int device_index) {
   return nullptr;
 }
 
-const char* launch(const Fp8MqaLogitsParams& params, int device_index, void* stream) {
+size_t workspace_bytes(const Fp8MqaLogitsParams& params, int device_index) {
+  (void)device_index;  // the prices are per Q block, whatever the GPU
+  return serves(params.H, params.D) ? plan_workspace_bytes(num_blocks(params)) : 0;
+}
+
+const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device_index, void* stream) {
   if (!serves(params.H, params.D)) return "fp8_mqa_logits (sm90): this H and D are not served (capabilities.h)";
-  int num_sms = 0;
-  if (cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device_index) != cudaSuccess || num_sms <= 0)
-    return "fp8_mqa_logits (sm90): cannot query the number of SMs";
+  const int num_sms = sm_count(device_index);
+  if (num_sms <= 0) return "fp8_mqa_logits (sm90): cannot query the number of SMs";
+  if (workspace == nullptr) return "fp8_mqa_logits (sm90): no workspace for the plan (workspace_bytes)";
   // Keys and Q-tile rows are 32-bit TMA coordinates and key indices; output offsets are 64-bit.
   if (params.N >= (int64_t(1) << 31) - kKeysPerTile || params.M * params.H >= (int64_t(1) << 31) - kQTileCols)
     return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 minus one tile (64 keys, one Q tile)";
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 2, "the dispatch below covers every served H");
-  return params.H == 32 ? launch_heads<32>(params, num_sms, cuda_stream)
-                        : launch_heads<64>(params, num_sms, cuda_stream);
+  return params.H == 32 ? launch_heads<32>(params, workspace, device_index, num_sms, cuda_stream)
+                        : launch_heads<64>(params, workspace, device_index, num_sms, cuda_stream);
 }
 
 }  // namespace sm90

@@ -7,6 +7,8 @@
 // through its backend table on the current stream; only launcher.cu is compiled by nvcc. What the
 // backend serves (H, D, the device) is stated once, in sm90/capabilities.h.
 #pragma once
+#include <cstddef>
+
 #include "common/fp8_mqa_logits_params.h"
 
 namespace aiter {
@@ -15,9 +17,14 @@ namespace sm90 {
 // nullptr when GPU `device_index` runs this backend (compute capability kComputeCapability), else a
 // static sentence saying what it runs on.
 const char* check_device(int device_index);
-// Launches on `stream` (a cudaStream_t) of GPU `device_index`, one persistent CTA per SM. Returns
-// nullptr on success, else a static message.
-const char* launch(const Fp8MqaLogitsParams& params, int device_index, void* stream);
+// Bytes of device workspace a launch with these params needs (the plan, plan.cuh); the caller
+// allocates them on the device, stream-ordered, for the one launch. 0 when the shape is not served
+// (launch then says why).
+size_t workspace_bytes(const Fp8MqaLogitsParams& params, int device_index);
+// Launches on `stream` (a cudaStream_t) of GPU `device_index`: the pricing kernel, then one persistent
+// CTA per SM. `workspace`: workspace_bytes(params, device_index) bytes on that GPU, 8-byte aligned.
+// Returns nullptr on success, else a static message.
+const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device_index, void* stream);
 
 }  // namespace sm90
 }  // namespace aiter

@@ -1,5 +1,5 @@
 // Thin wrappers over the Hopper (sm_90a) PTX the fp8_mqa_logits kernel uses: mbarriers, TMA tile
-// loads, cp.async, fp8 conversion, wgmma and setmaxnreg. Device-only, torch-free.
+// loads, cp.async, fp8 conversion, wgmma, setmaxnreg and the dependent-launch controls. Device-only, torch-free.
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
@@ -157,6 +157,14 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
+
+// ---- programmatic dependent launch ----------------------------------------------------------------
+// Lets the grid launched next on the stream (with the programmatic-serialization attribute) start
+// its CTAs now; they wait for this grid's results with grid_dependency_wait.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Blocks the calling thread until the grid this one depends on has finished and its writes are
+// visible; returns at once when the launch had no programmatic dependency.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 }  // namespace sm90
 }  // namespace aiter

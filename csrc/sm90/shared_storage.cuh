@@ -8,7 +8,7 @@
 //   k[stage]       one K tile: 64 rows (keys) of 128 e4m3 bytes, same swizzle (kKStages stages, a ring)
 //   weights[slot]  the block's weights w[m, h] (f32), permuted into the math threads' order (weight_index)
 //   window[slot]   the block's clamped row windows, for the epilogue's in-window test
-//   the plan scan's scratch and result, the fill's batch of row windows, the exact path's staging
+//   the plan cut's scratch and result, the fill's batch of row windows, the exact path's staging
 // Why a type: every role addresses the same bytes, and the launcher sizes the dynamic shared memory
 // with sizeof(SharedStorage); the tiles need 1024-byte alignment (the swizzle atom).
 #pragma once
@@ -50,9 +50,8 @@ struct SharedStorage {
   uint64_t q_empty[kQSlots];
   uint64_t k_full[kKStages];
   uint64_t k_empty[kKStages];
-  int64_t plan_prefix[kThreads][2];  // plan scan: each thread's units (compute, fill), then their exclusive prefix
-  int64_t plan_total[2];             // units in each list
-  PlanShare plan_share[2];           // this CTA's share of each list
+  int64_t plan_warp_sums[kThreads / 32 + 1][2];  // plan cut: each warp's units, then their prefix; the total
+  PlanShare plan_share[2];           // this CTA's share of each list (plan.cuh)
   int2 fill_window[kFillThreads];    // clamped windows of the rows of the blocks the fill warps walk next
   int64_t exact_row[kFillThreads];   // candidate rows of the exact path (-1: not short), and
   int2 exact_window[kFillThreads];   // their clamped windows

@@ -38,6 +38,11 @@ constexpr int kQSlots = 2;
 // blocks (the first rows of a causal chunk) pays a Q-tile load per block. 1024x1024 causal
 // no-clean: 0 -> 21.7 / 30.8 us, 2 -> 20.0 / 24.4 us (H=32 / H=64); long rows unchanged.
 constexpr int kBlockOverheadTiles = 2;
+// Threads per CTA of the pricing kernel (plan.cuh), one Q block each: small CTAs spread even a short
+// chunk's blocks over several SMs. Not tuned: the pricing measured 4.5-5.9 us on every benchmark
+// shape up to M = 65536 (about one launch and one round of loads), and the main kernel's CTAs start
+// under it.
+constexpr int kPriceThreads = 256;
 // Rows whose window holds 1..kExactKeys keys are computed on the CUDA cores by the fill warps
 // (exact fp8 products, summed four at a time in float, then in double) instead of by the tensor
 // cores. Hopper's FP8 wgmma accumulates with ~14-bit precision (error up to 2.1e-4 of the sum of

@@ -10,7 +10,7 @@
 //   K tile   kKeysPerTile = 64 keys on the grid n = 64 t (TMA boxes); a Q block visits the K tiles
 //            that cover its union window.
 //
-// Why one header: the plan scan, the producer, the -inf fill and the exact path each walk the same
+// Why one header: the pricing kernel, the producer, the -inf fill and the exact path each walk the same
 // blocks and must agree on every window, union and price, so they all read windows through
 // load_row_window and price blocks with the one cost_model below (common/work_scheduler.h).
 #pragma once
@@ -79,8 +79,8 @@ __device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs&
 // The union of Q block `block`'s row windows (rows past M have none), held in 32 bits (windows lie
 // in [0, N], and the launcher keeps N below 2^31). All the block's bounds are loaded before any is
 // used, one round of independent loads (rows past M read row M - 1's bounds, then left out): the
-// plan scan prices its blocks one after another on each thread, twice (pricing, then the owner's
-// walk), so a block costs one load latency instead of kRowsPerBlock of them plus the clamp chains.
+// pricing kernel's thread pays one load latency for its block instead of kRowsPerBlock of them plus
+// the clamp chains.
 template <int H>
 __device__ __forceinline__ scheduler::BlockUnion<int> load_block_union(const KernelArgs& args, int64_t block) {
   constexpr int kRows = BlockShape<H>::kRowsPerBlock;
