@@ -4,8 +4,8 @@ Importing registers torch.ops.aiter.fp8_mqa_logits / fp8_mqa_logits_out; the nat
 compiled (or loaded from the cache) on the first call, never here.
 """
 
-from .ops.fp8_mqa_logits import fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
+from .ops.fp8_mqa_logits import fp8_fp4_mqa_logits, fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
 
 __version__ = "0.1.0"
 
-__all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported", "__version__"]
+__all__ = ["fp8_fp4_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported", "__version__"]

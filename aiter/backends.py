@@ -1,9 +1,10 @@
 """The backends of module_fp8_mqa_logits and what each serves, read from their own statements.
 
-Each GPU backend states its heads, head dims and device in ``csrc/<backend>/capabilities.h``; the
+Each GPU backend states its heads, head dims, logits options and device in
+``csrc/<backend>/capabilities.h``; the
 binding and the kernels compile against those lists, and this module parses the same lines, so
 ``is_supported``, the JIT's target detection and the native checks never disagree. The CPU path
-serves any H >= 1 and D >= 1. Parsing happens once per process and reads two small files.
+serves any H >= 1 and D >= 1, with every option. Parsing happens once per process and reads two small files.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ class Backend:
     compute_capability: tuple | None = None  # CUDA devices this backend runs on
     arch_prefix: str | None = None  # ROCm devices (gcnArchName prefix)
     has_fixed_grid: bool = False  # takes the caller's split_n
+    bf16_logits: bool = True  # writes logits_dtype=bfloat16
+    compressed_logits: bool = True  # writes the compressed layout (max_seqlen_k > 0)
 
-    def serves(self, heads: int, head_dim: int) -> bool:
+    def serves(self, heads: int, head_dim: int, bf16_logits: bool = False, compressed: bool = False) -> bool:
         if heads < 1 or head_dim < 1:
+            return False
+        if (bf16_logits and not self.bf16_logits) or (compressed and not self.compressed_logits):
             return False
         return (self.heads is None or heads in self.heads) and (self.head_dims is None or head_dim in self.head_dims)
 
@@ -61,6 +66,8 @@ def _gpu_backend(name: str) -> Backend:
         compute_capability=facts.get("kComputeCapability"),
         arch_prefix=facts.get("kArchPrefix"),
         has_fixed_grid=facts.get("kHasFixedGrid", False),
+        bf16_logits=facts.get("kServesBf16Logits", False),
+        compressed_logits=facts.get("kServesCompressedLogits", False),
     )
 
 

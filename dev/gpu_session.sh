@@ -25,7 +25,9 @@ print('first use:', round(time.time() - t, 1), 's', json.dumps(core.last_load_in
   python -c "import time; t = time.time(); from aiter.jit import core; core.get_module(); \
 print('cached load in a new process:', round(time.time() - t, 3), 's (the import of torch and aiter included)')" 2>&1 | tee -a "$OUT/jit.txt"
   python -m pytest op_tests/test_fp8_mqa_logits.py op_tests/test_gpu_integration.py op_tests/test_validation.py \
-    op_tests/test_api.py -k "cuda or gpu" -q -rs 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
+    op_tests/test_api.py op_tests/test_logits_options.py -k "cuda or gpu" -q -rs 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
+  # The peers' case lists at their own sizes (op_tests/test_peer_criteria.py): pass / skip counts.
+  AITER_PEER_SCALE=1 python -m pytest op_tests/test_peer_criteria.py -k cuda -q 2>&1 | tee "$OUT/peer_criteria.txt" | tail -3
   PYTHONPATH=. python examples/vllm_indexer_chunk.py --heads 64 2>&1 | tail -3 | tee "$OUT/example.txt"
   python -m dev.sm90.precision 2>&1 | tail -12 | tee "$OUT/precision.txt"
   AITER_JIT_DIR=$JIT_ROOT/jit-new python -m dev.sm90.plan_cost 2>&1 | tee "$OUT/plan_cost.txt" | tail -22

@@ -68,6 +68,15 @@ def test_opcheck_functional(fp8_aware_allclose, clean):
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
+@pytest.mark.parametrize("max_seqlen_k,logits_dtype", [(0, torch.bfloat16), (70, None), (70, torch.bfloat16)],
+                         ids=["bf16", "compressed", "compressed-bf16"])
+def test_opcheck_functional_options(fp8_aware_allclose, max_seqlen_k, logits_dtype):
+    args = _opcheck_case(True)
+    result = torch.library.opcheck(torch.ops.aiter.fp8_mqa_logits.default,
+                                   (*args, True, 0, max_seqlen_k, logits_dtype))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
 @pytest.mark.parametrize("clean", [True, False])
 def test_opcheck_out(fp8_aware_allclose, clean):
     args = _opcheck_case(clean)
@@ -113,12 +122,17 @@ def test_deepgemm_call_form_matches_aiter_form():
     assert torch.equal(a, fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=0))
 
 
-def test_deepgemm_compressed_layout_is_refused_not_silently_full():
-    """max_seqlen_k > 0 asks for DeepGEMM's compressed layout (vLLM's CUDA path always does); the full
-    layout in its place would feed the caller's top-k the wrong columns, so the call is refused."""
+def test_deepgemm_compressed_layout_holds_each_window_from_column_0():
+    """max_seqlen_k > 0 asks for DeepGEMM's compressed layout (vLLM's CUDA path always does): row m
+    holds keys ks[m]..ke[m]-1 from column 0, the same values as the full layout's window."""
     q, kv, s, w, ks, ke = _case(mode="causal")
-    with pytest.raises(NotImplementedError, match=r"max_seqlen_k > 0"):
-        fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=61)
+    full = fp8_mqa_logits(q, kv, s, w, ks, ke, True)
+    packed = fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=61)
+    assert packed.shape == (17, 61)
+    for m in range(17):
+        begin, end = int(ks[m].clamp(0, 61)), int(ke[m].clamp(0, 61))
+        assert torch.equal(packed[m, : end - begin], full[m, begin:end])
+        assert torch.isneginf(packed[m, end - begin:]).all()
     for bad in (-1, 2.0, True, None):
         with pytest.raises(ValueError, match=r"max_seqlen_k must be an int >= 0"):
             fp8_mqa_logits_deepgemm(q, (kv, s), w, ks, ke, True, max_seqlen_k=bad)

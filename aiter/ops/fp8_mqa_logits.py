@@ -1,4 +1,4 @@
-"""Python API of fp8_mqa_logits: aiter's call form, DeepGEMM's call form, and ``is_supported``.
+"""Python API of fp8_mqa_logits: aiter's call form, DeepGEMM's call forms, and ``is_supported``.
 
     logits[m, n] = sum_h relu(kv_scales[n] * (q[m, h, :] . kv[n, :])) * weights[m, h]   n in [ks[m], ke[m])
                    -inf elsewhere when clean_logits (else unspecified)
@@ -23,7 +23,7 @@ from torch.autograd import forward_ad
 
 from aiter import backends
 
-__all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
+__all__ = ["fp8_fp4_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
 
 # FRAGMENT: other packages may define ops in the "aiter" namespace too. Plain Library + impl rather
 # than torch.library.custom_op: its per-call Python overhead measured ~9 us against ~2.6 us here (the
@@ -32,11 +32,12 @@ __all__ = ["fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
 _lib = torch.library.Library("aiter", "FRAGMENT")
 _lib.define(
     "fp8_mqa_logits(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, "
-    "Tensor cu_ends, bool clean_logits=True, int split_n=0) -> Tensor"
+    "Tensor cu_ends, bool clean_logits=True, int split_n=0, int max_seqlen_k=0, ScalarType? logits_dtype=None) "
+    "-> Tensor"
 )
 _lib.define(
     "fp8_mqa_logits_out(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, "
-    "Tensor cu_ends, bool clean_logits, Tensor(a!) out, int split_n=0) -> ()"
+    "Tensor cu_ends, bool clean_logits, Tensor(a!) out, int split_n=0, int max_seqlen_k=0) -> ()"
 )
 
 
@@ -51,12 +52,23 @@ def _module():
     return get_module()
 
 
-def _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
-    return _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None, split_n)
+# The binding takes the logits dtype by name ("" = out's dtype, or float32 for a new tensor).
+_LOGITS_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 
-def _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
-    _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n)
+def _dtype_name(logits_dtype) -> str:
+    return "" if logits_dtype is None else _LOGITS_DTYPE_NAMES.get(logits_dtype, str(logits_dtype))
+
+
+def _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0, max_seqlen_k=0,
+                     logits_dtype=None):
+    return _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None, split_n,
+                                    max_seqlen_k, _dtype_name(logits_dtype))
+
+
+def _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0, max_seqlen_k=0):
+    _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n,
+                             max_seqlen_k, "")
 
 
 # One implementation for every device: the extension dispatches on q's device itself.
@@ -113,27 +125,32 @@ def _raise_not_differentiable(tensors, names):
                 f"differentiable; pass forward_ad.unpack_dual({name}).primal")
 
 
-def _functional_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
+def _functional_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0,
+                         max_seqlen_k=0, logits_dtype=None):
     if (torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad or kv_scales.requires_grad
                                      or weights.requires_grad)) or forward_ad._current_level >= 0:
         _raise_not_differentiable((q, kv, kv_scales, weights, cu_starts, cu_ends), _INPUT_NAMES)
     if _next_is_backend(keyset):
-        return _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split_n)
+        return _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split_n, max_seqlen_k,
+                                logits_dtype)
     with torch._C._AutoDispatchBelowAutograd():
         return _FUNCTIONAL_OP.redispatch(keyset & _AFTER_AUTOGRAD, q, kv, kv_scales, weights, cu_starts, cu_ends,
-                                         clean_logits, split_n)
+                                         clean_logits, split_n, max_seqlen_k, logits_dtype)
 
 
-def _out_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
+def _out_autograd(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0,
+                  max_seqlen_k=0):
     if (torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad or kv_scales.requires_grad
                                      or weights.requires_grad or out.requires_grad)) or forward_ad._current_level >= 0:
         _raise_not_differentiable((q, kv, kv_scales, weights, cu_starts, cu_ends, out), _INPUT_NAMES + ("out",))
     # The next kernel is ADInplaceOrView's (the dispatcher includes that key outside inference mode,
     # where this kernel runs): called directly.
-    _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n)
+    _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n,
+                         max_seqlen_k)
 
 
-def _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
+def _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0,
+                         max_seqlen_k=0):
     """torch's rules for an in-place write of out, as its own in-place ops apply them: refuse an
     inference tensor outside inference mode (it has no version counter, so autograd could not see the
     write; torch refuses it even under no_grad), and bump out's version counter."""
@@ -144,11 +161,11 @@ def _out_inplace_or_view(keyset, q, kv, kv_scales, weights, cu_starts, cu_ends, 
             "torch.inference_mode()")
     torch.autograd.graph.increment_version(out)
     if _next_is_backend(keyset):
-        _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n)
+        _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n, max_seqlen_k)
         return
     with torch._C._AutoDispatchBelowADInplaceOrView():
         _OUT_OP.redispatch(keyset & _AFTER_AD_INPLACE_OR_VIEW, q, kv, kv_scales, weights, cu_starts, cu_ends,
-                           clean_logits, out, split_n)
+                           clean_logits, out, split_n, max_seqlen_k)
 
 
 _lib.impl("fp8_mqa_logits", _functional_autograd, "Autograd", with_keyset=True)
@@ -252,7 +269,7 @@ def _check_no_overlap(out, t, name):
                      "that shares no memory with any input")
 
 
-def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n):
+def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n, max_seqlen_k=0, logits_dtype=None):
     """The binding's argument checks, on metadata only (dtype, rank, sizes, devices, strides, overlap)."""
     inputs = (q, kv, kv_scales, weights, cu_starts, cu_ends)
     named = tuple(zip(_INPUT_NAMES, inputs)) + ((("out", out),) if out is not None else ())
@@ -261,6 +278,10 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
                  lambda: f"{name} must be a dense (strided) tensor, got layout "
                          f"{_C10_LAYOUT_NAMES.get(t.layout, t.layout)}")
     _require(split_n >= 0, ValueError, lambda: f"split_n must be >= 0 (0 = the kernel's own choice), got {split_n}")
+    _require(max_seqlen_k >= 0, ValueError,
+             lambda: f"max_seqlen_k must be >= 0 (0 = the full [M, N] layout), got {max_seqlen_k}")
+    _require(logits_dtype is None or logits_dtype in _LOGITS_DTYPE_NAMES, ValueError,
+             lambda: f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
 
     for name, t in (("q", q), ("kv", kv)):
         _check_dtype(t, name, torch.float8_e4m3fn,
@@ -272,7 +293,12 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
         _check_dtype(t, name, torch.int32,
                      " (int64 bounds are not accepted: pass .to(torch.int32))" if t.dtype == torch.int64 else "")
     if out is not None:
-        _check_dtype(out, "out", torch.float32)
+        _require(out.dtype in _LOGITS_DTYPE_NAMES, TypeError,
+                 lambda: f"out must have dtype torch.float32 or torch.bfloat16, got "
+                         f"{_C10_DTYPE_NAMES.get(out.dtype, out.dtype)}")
+        _require(logits_dtype is None or logits_dtype == out.dtype, TypeError,
+                 lambda: f"out has dtype torch.{_LOGITS_DTYPE_NAMES[out.dtype]} but logits_dtype is "
+                         f"torch.{_LOGITS_DTYPE_NAMES[logits_dtype]}; pass one that agrees")
 
     _check_dim(q, "q", 3, "[M, H, D]")
     _check_dim(kv, "kv", 2, "[N, D]")
@@ -286,17 +312,22 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
     _require(H <= _INT32_MAX and D <= _INT32_MAX, ValueError,
              lambda: f"q's H and D must fit in int32, got shape {list(q.shape)}")
     _check_size(kv, "kv", 1, D, "q's head dim D")
-    _require(kv_scales.dim() == 1 or (kv_scales.dim() == 2 and kv_scales.shape[1] == 1), ValueError,
-             lambda: f"kv_scales must be [N] or [N, 1], got shape {list(kv_scales.shape)}")
-    _check_size(kv_scales, "kv_scales", 0, N, "kv's N")
+    _require(kv_scales.dim() == 1 or (kv_scales.dim() == 2 and kv_scales.shape[1] == 1)
+             or (kv_scales.dim() == 0 and N == 1), ValueError,
+             lambda: f"kv_scales must be [N], [N, 1] or (when N == 1) 0-d, got shape {list(kv_scales.shape)} "
+                     f"with N = {N}")
+    if kv_scales.dim() > 0:
+        _check_size(kv_scales, "kv_scales", 0, N, "kv's N")
     _check_size(weights, "weights", 0, M, "q's M")
     _check_size(weights, "weights", 1, H, "q's H")
     _check_size(cu_starts, "cu_starts", 0, M, "q's M")
     _check_size(cu_ends, "cu_ends", 0, M, "q's M")
+    compressed = max_seqlen_k > 0
+    width = max_seqlen_k if compressed else N
     if out is not None:
-        _check_dim(out, "out", 2, "[M, N]")
+        _check_dim(out, "out", 2, "[M, max_seqlen_k]" if compressed else "[M, N]")
         _check_size(out, "out", 0, M, "q's M")
-        _check_size(out, "out", 1, N, "kv's N")
+        _check_size(out, "out", 1, width, "max_seqlen_k" if compressed else "kv's N")
 
     device = q.device
     # Meta tensors are this kernel's own; the real op refuses them.
@@ -314,7 +345,7 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
                          "(call .contiguous())")
     _check_row_major(weights, "weights", "H")
     if out is not None:
-        _check_row_major(out, "out", "N")
+        _check_row_major(out, "out", "max_seqlen_k" if compressed else "N")
         for name, t in zip(_INPUT_NAMES, inputs):
             _check_no_overlap(out, t, name)
     _require(split_n == 0 or device.type != "cpu", ValueError,
@@ -327,27 +358,41 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
                          f"the {backend.name} kernel has none, so pass split_n=0 or None")
 
 
+def _new_logits(q, rows, cols, dtype):
+    """What the binding's allocate_logits returns: [rows, cols] with the row stride padded to 256 bytes."""
+    per_256_bytes = 256 // torch.empty((), dtype=dtype).element_size()
+    padded = torch.sym_max(1, (cols + per_256_bytes - 1) // per_256_bytes) * per_256_bytes
+    return q.new_empty_strided((rows, cols), (padded, 1), dtype=dtype)
+
+
 @torch.library.register_fake("aiter::fp8_mqa_logits", lib=_lib)
-def _functional_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0):
-    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, None, split_n)
-    return q.new_empty((q.shape[0], kv.shape[0]), dtype=torch.float32)
+def _functional_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0, max_seqlen_k=0,
+                     logits_dtype=None):
+    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, None, split_n, max_seqlen_k, logits_dtype)
+    width = max_seqlen_k if max_seqlen_k > 0 else kv.shape[0]
+    return _new_logits(q, q.shape[0], width, torch.float32 if logits_dtype is None else logits_dtype)
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits_out", lib=_lib)
-def _out_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0):
-    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n)
+def _out_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0, max_seqlen_k=0):
+    _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n, max_seqlen_k)
     return None
 
 
 def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None, cu_ends=None, clean_logits=True,
-                   *, out=None, split_n=None, Q=None, KV=None):
-    """Logits [M, N] float32 (argument order of aiter's Triton op).
+                   *, out=None, max_seqlen_k=0, logits_dtype=None, split_n=None, Q=None, KV=None):
+    """Logits [M, N] (argument order of aiter's Triton op).
 
-    q [M, H, D] e4m3fn, kv [N, D] e4m3fn, kv_scales [N] (or [N, 1]) float32 > 0, weights [M, H]
-    float32, cu_starts / cu_ends [M] int32 raw window bounds (clamped to [0, N]). With ``out`` (an
-    [M, N] float32 view, stride(1) == 1, sharing no memory with an input) the result is written there
-    and ``out`` is returned. ``clean_logits`` is a bool. The op is not differentiable: an input (or
-    ``out``) that requires grad is an error unless grad mode is off.
+    q [M, H, D] e4m3fn, kv [N, D] e4m3fn, kv_scales [N] (or [N, 1], or 0-d when N == 1) float32 > 0,
+    weights [M, H] float32, cu_starts / cu_ends [M] int32 raw window bounds (clamped to [0, N]).
+    ``clean_logits`` is a bool: -inf outside each window (else those elements are unspecified).
+    ``logits_dtype``: torch.float32 (default) or torch.bfloat16 (rounded once, at the store).
+    ``max_seqlen_k > 0``: the compressed layout [M, max_seqlen_k], row m holding keys ks[m]..ke[m]-1
+    (clamped) from column 0 and, with clean_logits, -inf past them; every window must fit.
+    A new result has its row stride padded to a multiple of 256 bytes. With ``out`` ([M, N] or
+    [M, max_seqlen_k], float32 or bfloat16, stride(1) == 1, sharing no memory with an input) the result
+    is written there and ``out`` is returned; its dtype is the logits dtype. The op is not
+    differentiable: an input (or ``out``) that requires grad is an error unless grad mode is off.
     ``split_n``: gfx950 only (aiter's HIP op's SplitN): the fixed grid's splits per row block; None
     or 0 lets the kernel choose. Backends without a fixed grid (CPU, sm90) refuse a nonzero value.
     ``Q=`` and ``KV=`` are accepted for ``q`` and ``kv``: aiter's Triton op names them so, and call
@@ -361,11 +406,23 @@ def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None
         missing = [name for name, value in given.items() if value is None]
         raise TypeError(f"fp8_mqa_logits() missing required argument(s): {', '.join(missing)}")
     _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits")
+    max_seqlen_k = _check_max_seqlen_k(max_seqlen_k, "fp8_mqa_logits")
     split = 0 if split_n is None else int(split_n)
     if out is None:
-        return _FUNCTIONAL_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split)
-    _OUT_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split)
+        return _FUNCTIONAL_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split, max_seqlen_k,
+                              logits_dtype)
+    if logits_dtype is not None and isinstance(out, torch.Tensor) and out.dtype != logits_dtype:
+        raise TypeError(f"fp8_mqa_logits: out has dtype {out.dtype} but logits_dtype is {logits_dtype}; pass one "
+                        "that agrees")
+    _OUT_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split, max_seqlen_k)
     return out
+
+
+def _check_max_seqlen_k(value, function):
+    # An int >= 0; a bool is not a length.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{function}: max_seqlen_k must be an int >= 0 (0 = the full [M, N] layout), got {value!r}")
+    return value
 
 
 def _check_bool(value, name, function):
@@ -380,25 +437,42 @@ def _one_of(value, alias, name, alias_name):
     return value if value is not None else alias
 
 
-def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
-    """DeepGEMM's call form: ``fp8_mqa_logits(q, (kv, kv_scales), weights, ks, ke, clean_logits)``.
-
-    ``max_seqlen_k > 0`` asks DeepGEMM for its compressed layout (row m holds keys ks[m]..ke[m]-1 from
-    column 0, [M, max_seqlen_k]); that layout is not implemented yet, and returning the full [M, N]
-    layout instead would make a caller's top-k read the wrong columns, so it is refused.
-    """
+def _kv_pair(kv, function):
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
-        raise TypeError("fp8_mqa_logits_deepgemm: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
+        raise TypeError(f"{function}: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
+    return kv
+
+
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
+                       logits_dtype=torch.float32):
+    """DeepGEMM's call form: ``fp8_fp4_mqa_logits(q=(q, q_scale), kv=(kv, kv_scales), weights, ...)``.
+
+    ``q_scale`` must be None: a scale means FP4 queries (DeepGEMM on sm100), which this package does
+    not serve. ``max_seqlen_k > 0`` returns DeepGEMM's compressed layout [M, max_seqlen_k] (row m holds
+    keys ks[m]..ke[m]-1 from column 0); ``logits_dtype`` is torch.float32 or torch.bfloat16. With
+    clean_logits the compressed tail is -inf (DeepGEMM refuses that combination; this op serves it).
+    """
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError("fp8_fp4_mqa_logits: q must be the pair (q [M, H, D] e4m3fn, q_scale or None)")
+    q_fp8, q_scale = q
+    if q_scale is not None:
+        raise NotImplementedError("fp8_fp4_mqa_logits: a q scale means FP4 queries, which this package does not "
+                                  "serve; pass q=(q_fp8, None) with e4m3fn queries")
+    kv_fp8, kv_scales = _kv_pair(kv, "fp8_fp4_mqa_logits")
+    _check_bool(clean_logits, "clean_logits", "fp8_fp4_mqa_logits")
+    max_seqlen_k = _check_max_seqlen_k(max_seqlen_k, "fp8_fp4_mqa_logits")
+    return fp8_mqa_logits(q_fp8, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                          max_seqlen_k=max_seqlen_k, logits_dtype=logits_dtype)
+
+
+def fp8_mqa_logits_deepgemm(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
+    """DeepGEMM's legacy call form: ``fp8_mqa_logits(q, (kv, kv_scales), weights, ks, ke, clean_logits,
+    max_seqlen_k)``: float32 logits, the compressed layout [M, max_seqlen_k] when max_seqlen_k > 0."""
+    kv_fp8, kv_scales = _kv_pair(kv, "fp8_mqa_logits_deepgemm")
     _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits_deepgemm")
-    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
-        raise ValueError(f"fp8_mqa_logits_deepgemm: max_seqlen_k must be an int >= 0, got {max_seqlen_k!r}")
-    if max_seqlen_k > 0:
-        raise NotImplementedError(
-            "fp8_mqa_logits_deepgemm: compressed logits (max_seqlen_k > 0: row m holds keys ks[m]..ke[m]-1 "
-            "from column 0) are not implemented yet; pass max_seqlen_k=0 for the full [M, N] layout and "
-            "read row m's window at columns ks[m]..ke[m]-1")
-    kv_fp8, kv_scales = kv
-    return fp8_mqa_logits(q, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits)
+    max_seqlen_k = _check_max_seqlen_k(max_seqlen_k, "fp8_mqa_logits_deepgemm")
+    return fp8_mqa_logits(q, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                          max_seqlen_k=max_seqlen_k)
 
 
 def _default_device() -> torch.device:
@@ -412,25 +486,32 @@ def _gpu_backend(index: int):
     return backends.gpu_backend_for(torch, index)
 
 
-def is_supported(num_heads, head_dim, device=None) -> bool:
-    """True when a native kernel of this package serves (num_heads, head_dim) on ``device``.
+def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, compressed=False) -> bool:
+    """True when a native kernel of this package serves (num_heads, head_dim) on ``device``, writing
+    ``logits_dtype`` logits (torch.float32 or torch.bfloat16), in the compressed layout when
+    ``compressed`` (max_seqlen_k > 0).
 
     What each backend serves is its own statement (csrc/<backend>/capabilities.h, read through
-    aiter/backends.py): the CPU path any H, D >= 1; sm_90a (compute capability 9.0) and gfx950 the
-    heads and head dims they list. ``device=None`` means the current GPU when one is visible, else the
-    CPU. Cheap: it reads device properties only; it never builds or launches anything.
+    aiter/backends.py): the CPU path any H, D >= 1 and every option; sm_90a (compute capability 9.0)
+    and gfx950 the heads, head dims and options they list. ``device=None`` means the current GPU when
+    one is visible, else the CPU. Cheap: it reads device properties only; it never builds or launches
+    anything.
     """
     try:
         H, D = int(num_heads), int(head_dim)
     except (TypeError, ValueError):
+        return False
+    if logits_dtype not in _LOGITS_DTYPE_NAMES or not isinstance(compressed, bool):
         return False
     try:
         dev = _default_device() if device is None else torch.device(device)
     except (TypeError, RuntimeError, ValueError):
         return False
     if dev.type == "cpu":
-        return backends.backends()["cpu"].serves(H, D)
-    if dev.type != "cuda" or not torch.cuda.is_available():
+        backend = backends.backends()["cpu"]
+    elif dev.type != "cuda" or not torch.cuda.is_available():
         return False
-    backend = _gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
-    return backend is not None and backend.serves(H, D)
+    else:
+        backend = _gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+    return backend is not None and backend.serves(H, D, bf16_logits=logits_dtype == torch.bfloat16,
+                                                  compressed=compressed)

@@ -122,3 +122,16 @@ def in_window_pairs(ks, ke, N: int) -> int:
     """Number of (m, n) pairs inside the windows: the work count of the benchmark's TFLOP/s."""
     s, e = clamped_windows(ks, ke, N)
     return int((e - s).clamp_min(0).sum().item())
+
+
+def compress_logits(full: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, width: int, tail=float("-inf")):
+    """The compressed layout of full [M, N] logits: [M, width], row m holding its clamped window's
+    values from column 0 and `tail` after them (what the op writes with max_seqlen_k = width)."""
+    M, N = full.shape
+    s, e = clamped_windows(ks.to(full.device), ke.to(full.device), N)
+    cols = torch.arange(width, device=full.device, dtype=torch.int64)
+    length = (e - s).clamp_min(0)
+    keys = (s[:, None] + cols[None, :]).clamp(max=max(N - 1, 0))
+    inside = cols[None, :] < length[:, None]
+    values = full.gather(1, keys) if N > 0 else torch.zeros(M, width, dtype=full.dtype, device=full.device)
+    return torch.where(inside, values, torch.full((), tail, dtype=full.dtype, device=full.device))

@@ -148,6 +148,28 @@ void check_no_overlap(const at::Tensor& out, const at::Tensor& t, const char* na
                     name, ", so pass an out that shares no memory with any input");
 }
 
+// Compressed logits hold a row's window from column 0: each must fit the max_seqlen_k columns. Read
+// on the host, so only for CPU tensors (a GPU kernel writes the first max_seqlen_k keys of a longer
+// window and no more: the caller's guarantee, as in DeepGEMM).
+void check_windows_fit(const at::Tensor& cu_starts, const at::Tensor& cu_ends, int64_t N, int64_t max_seqlen_k) {
+  const int32_t* starts = cu_starts.data_ptr<int32_t>();
+  const int32_t* ends = cu_ends.data_ptr<int32_t>();
+  for (int64_t m = 0; m < cu_starts.size(0); ++m) {
+    const int64_t begin = std::clamp<int64_t>(starts[m], 0, N), end = std::clamp<int64_t>(ends[m], 0, N);
+    TORCH_CHECK_VALUE(end - begin <= max_seqlen_k, AITER_OP, "row ", m, "'s window [", begin, ", ", end,
+                      ") holds ", end - begin, " keys, more than max_seqlen_k = ", max_seqlen_k,
+                      " (compressed logits hold each window from column 0)");
+  }
+}
+
+// A new [rows, cols] logits tensor whose row stride is a multiple of 256 bytes (DeepGEMM and aiter pad
+// too; some top-k kernels need an aligned row stride): a view of a padded buffer.
+at::Tensor allocate_logits(int64_t rows, int64_t cols, const at::TensorOptions& options) {
+  const int64_t per_256_bytes = 256 / static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  const int64_t padded = std::max<int64_t>(1, (cols + per_256_bytes - 1) / per_256_bytes) * per_256_bytes;
+  return at::empty({rows, padded}, options).narrow(1, 0, cols);
+}
+
 void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, const at::Tensor& kv) {
   TORCH_CHECK_VALUE(N <= kMaxDeviceRows, AITER_OP, "kv has N = ", N,
                     " keys; the GPU kernels address at most ", kMaxDeviceRows,
@@ -183,13 +205,21 @@ const aiter::GpuBackend& backend_for(const at::Device& device) {
 
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,
 // split_n, the kernels' size and alignment limits): made before the output is allocated.
-const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n) {
+const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n,
+                                             bool bf16_logits, bool compressed) {
   const at::Device device = q.device();
   const aiter::GpuBackend& backend = backend_for(device);
   const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
   TORCH_CHECK_NOT_IMPLEMENTED(backend.serves(H, D), AITER_OP, "the ", backend.name, " kernel serves ",
                               backend.serves_text, ", got q of shape ", q.sizes(), " (H = ", H, ", D = ", D,
                               "); use CPU tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!bf16_logits || backend.serves_bf16_logits, AITER_OP, "the ", backend.name,
+                              " kernel does not write bfloat16 logits yet; pass logits_dtype=torch.float32 "
+                              "(or a float32 out) and convert, or use CPU tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!compressed || backend.serves_compressed, AITER_OP, "the ", backend.name,
+                              " kernel does not write the compressed layout (max_seqlen_k > 0) yet; pass "
+                              "max_seqlen_k=0 and read row m's window at columns ks[m]..ke[m]-1, or use "
+                              "CPU tensors");
   TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the ", backend.name,
                     " kernel has none, so pass split_n=0 or None");
@@ -213,7 +243,8 @@ void* current_stream(const at::Device& device) {
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
                           const at::Tensor& weights, const at::Tensor& cu_starts,
                           const at::Tensor& cu_ends, bool clean_logits,
-                          const c10::optional<at::Tensor>& out, int64_t split_n) {
+                          const c10::optional<at::Tensor>& out, int64_t split_n, int64_t max_seqlen_k,
+                          const std::string& logits_dtype) {
   check_defined(q, "q");
   check_defined(kv, "kv");
   check_defined(kv_scales, "kv_scales");
@@ -223,6 +254,10 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   const bool has_out = out.has_value() && out->defined();
   if (has_out) check_defined(*out, "out");
   TORCH_CHECK_VALUE(split_n >= 0, AITER_OP, "split_n must be >= 0 (0 = the kernel's own choice), got ", split_n);
+  TORCH_CHECK_VALUE(max_seqlen_k >= 0, AITER_OP, "max_seqlen_k must be >= 0 (0 = the full [M, N] layout), got ",
+                    max_seqlen_k);
+  TORCH_CHECK_VALUE(logits_dtype.empty() || logits_dtype == "float32" || logits_dtype == "bfloat16", AITER_OP,
+                    "logits_dtype must be torch.float32 or torch.bfloat16, got ", logits_dtype);
 
   check_fp8(q, "q");
   check_fp8(kv, "kv");
@@ -230,7 +265,16 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   check_dtype(weights, "weights", at::kFloat, "torch.float32");
   check_bounds_dtype(cu_starts, "cu_starts");
   check_bounds_dtype(cu_ends, "cu_ends");
-  if (has_out) check_dtype(*out, "out", at::kFloat, "torch.float32");
+  if (has_out) {
+    TORCH_CHECK_TYPE(out->scalar_type() == at::kFloat || out->scalar_type() == at::kBFloat16, AITER_OP,
+                     "out must have dtype torch.float32 or torch.bfloat16, got ", out->scalar_type());
+    const char* out_name = out->scalar_type() == at::kFloat ? "float32" : "bfloat16";
+    TORCH_CHECK_TYPE(logits_dtype.empty() || logits_dtype == out_name, AITER_OP, "out has dtype torch.",
+                     out_name, " but logits_dtype is torch.", logits_dtype, "; pass one that agrees");
+  }
+  const bool bf16_logits =
+      has_out ? out->scalar_type() == at::kBFloat16 : logits_dtype == "bfloat16";
+  const bool compressed = max_seqlen_k > 0;
 
   check_dim(q, "q", 3, "[M, H, D]");
   check_dim(kv, "kv", 2, "[N, D]");
@@ -243,17 +287,21 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   TORCH_CHECK_VALUE(H <= std::numeric_limits<int32_t>::max() && D <= std::numeric_limits<int32_t>::max(),
                     AITER_OP, "q's H and D must fit in int32, got shape ", q.sizes());
   check_size(kv, "kv", 1, D, "q's head dim D");
-  TORCH_CHECK_VALUE(kv_scales.dim() == 1 || (kv_scales.dim() == 2 && kv_scales.size(1) == 1), AITER_OP,
-                    "kv_scales must be [N] or [N, 1], got shape ", kv_scales.sizes());
-  check_size(kv_scales, "kv_scales", 0, N, "kv's N");
+  // 0-d when N == 1: aiter's per-token quantiser squeezes a one-key chunk's scales to a scalar.
+  TORCH_CHECK_VALUE(kv_scales.dim() == 1 || (kv_scales.dim() == 2 && kv_scales.size(1) == 1) ||
+                        (kv_scales.dim() == 0 && N == 1),
+                    AITER_OP, "kv_scales must be [N], [N, 1] or (when N == 1) 0-d, got shape ", kv_scales.sizes(),
+                    " with N = ", N);
+  if (kv_scales.dim() > 0) check_size(kv_scales, "kv_scales", 0, N, "kv's N");
   check_size(weights, "weights", 0, M, "q's M");
   check_size(weights, "weights", 1, H, "q's H");
   check_size(cu_starts, "cu_starts", 0, M, "q's M");
   check_size(cu_ends, "cu_ends", 0, M, "q's M");
+  const int64_t width = compressed ? max_seqlen_k : N;  // columns of the logits
   if (has_out) {
-    check_dim(*out, "out", 2, "[M, N]");
+    check_dim(*out, "out", 2, compressed ? "[M, max_seqlen_k]" : "[M, N]");
     check_size(*out, "out", 0, M, "q's M");
-    check_size(*out, "out", 1, N, "kv's N");
+    check_size(*out, "out", 1, width, compressed ? "max_seqlen_k" : "kv's N");
   }
 
   const at::Device device = q.device();
@@ -274,7 +322,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   check_contiguous(cu_ends, "cu_ends");
   check_row_major(weights, "weights", "H");
   if (has_out) {
-    check_row_major(*out, "out", "N");
+    check_row_major(*out, "out", compressed ? "max_seqlen_k" : "N");
     check_no_overlap(*out, q, "q");
     check_no_overlap(*out, kv, "kv");
     check_no_overlap(*out, kv_scales, "kv_scales");
@@ -285,10 +333,13 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
 
   TORCH_CHECK_VALUE(split_n == 0 || !device.is_cpu(), AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
-  const aiter::GpuBackend* gpu_backend = device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n);
+  const aiter::GpuBackend* gpu_backend =
+      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, compressed);
+  if (compressed && device.is_cpu()) check_windows_fit(cu_starts, cu_ends, N, max_seqlen_k);
 
   const c10::DeviceGuard guard(device);
-  at::Tensor result = has_out ? *out : at::empty({M, N}, q.options().dtype(at::kFloat));
+  const at::ScalarType result_dtype = bf16_logits ? at::kBFloat16 : at::kFloat;
+  at::Tensor result = has_out ? *out : allocate_logits(M, width, q.options().dtype(result_dtype));
 
   aiter::Fp8MqaLogitsParams p{};
   p.q = static_cast<const uint8_t*>(q.data_ptr());
@@ -297,16 +348,23 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   p.weights = weights.data_ptr<float>();
   p.ks = cu_starts.data_ptr<int32_t>();
   p.ke = cu_ends.data_ptr<int32_t>();
-  p.out = result.data_ptr<float>();
+  p.out = result.data_ptr();
   p.M = M;
   p.N = N;
   p.H = static_cast<int32_t>(H);
   p.D = static_cast<int32_t>(D);
   p.weights_stride = row_stride(weights);
   p.out_stride = row_stride(result);
+  p.out_columns = width;
+  p.logits_dtype = bf16_logits ? aiter::LogitsDtype::kBFloat16 : aiter::LogitsDtype::kFloat32;
+  p.compressed = compressed;
   p.clean_logits = clean_logits;
 
-  if (M == 0 || N == 0) return result;
+  if (M == 0 || width == 0) return result;
+  if (N == 0) {  // every window is empty: compressed rows are all tail
+    if (clean_logits) result.fill_(-std::numeric_limits<float>::infinity());
+    return result;
+  }
   if (gpu_backend == nullptr) {
     aiter::fp8_mqa_logits_cpu(p);
   } else {
@@ -337,8 +395,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "fp8_mqa_logits: the DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K)";
   m.def("fp8_mqa_logits", &fp8_mqa_logits, py::arg("q"), py::arg("kv"), py::arg("kv_scales"),
         py::arg("weights"), py::arg("cu_starts"), py::arg("cu_ends"), py::arg("clean_logits"),
-        py::arg("out"), py::arg("split_n"), py::call_guard<py::gil_scoped_release>(),
-        "Writes the logits into `out` (or a new [M, N] float32 tensor) and returns it.");
+        py::arg("out"), py::arg("split_n"), py::arg("max_seqlen_k"), py::arg("logits_dtype"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Writes the logits into `out` (or a new [M, N] / [M, max_seqlen_k] tensor of logits_dtype, row stride "
+        "padded to 256 bytes) and returns it.");
   m.def("cpu_simd_variant", &cpu_simd_variant,
         "The SIMD variant the CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
   m.def("compiled_backends", &compiled_backends,

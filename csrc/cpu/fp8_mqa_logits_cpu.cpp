@@ -5,7 +5,9 @@
 //   s_m = clamp(ks[m], 0, N), e_m = clamp(ke[m], 0, N); s_m >= e_m is an empty row.
 //
 // Layouts: q [M][H][D] and kv [N][D] e4m3fn bytes (contiguous); kv_scales [N] f32; weights [M][H] f32
-// with row stride weights_stride; ks, ke [M] i32; out [M][N] f32 with row stride out_stride.
+// with row stride weights_stride; ks, ke [M] i32; out [M][W] f32 or bf16 with row stride out_stride:
+// the full layout (W = N, key n at column n) or the compressed one (W = max_seqlen_k, key n of row m
+// at column n - s_m, -inf past e_m - s_m when clean). Values are rounded to bf16 once, at the store.
 //
 // Scheme. A task is (a block of <= 16 query rows) x (a chunk of keys), walked over the union of its
 // rows' windows in blocks of 64 keys. Each block is decoded and transposed to Kt[depth][64] so that
@@ -445,8 +447,44 @@ AITER_CPU_INLINE void tile_all_heads(const uint32_t* q_row, int64_t H, int64_t d
                                     w + h, logits);
 }
 
-void fill_neg_inf(float* row, int64_t begin, int64_t end) {
-  if (begin < end) std::fill(row + begin, row + end, -std::numeric_limits<float>::infinity());
+// float32 -> bfloat16, rounded to nearest even (NaN stays a quiet NaN), as torch's .to(bfloat16).
+AITER_CPU_INLINE uint16_t bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Columns [first, first + count) of output row r: `values` (float32), stored as logits_dtype.
+AITER_CPU_INLINE void store_columns(const Fp8MqaLogitsParams& params, int64_t r, int64_t first,
+                                    const float* values, int64_t count) {
+  if (count <= 0) return;
+  if (params.logits_dtype == LogitsDtype::kFloat32) {
+    std::memcpy(static_cast<float*>(params.out) + r * params.out_stride + first, values, count * sizeof(float));
+  } else {
+    uint16_t* row = static_cast<uint16_t*>(params.out) + r * params.out_stride + first;
+    for (int64_t i = 0; i < count; ++i) row[i] = bf16_bits(values[i]);
+  }
+}
+
+// Columns [begin, end) of output row r: -inf.
+void fill_columns_neg_inf(const Fp8MqaLogitsParams& params, int64_t r, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  if (params.logits_dtype == LogitsDtype::kFloat32) {
+    float* row = static_cast<float*>(params.out) + r * params.out_stride;
+    std::fill(row + begin, row + end, -std::numeric_limits<float>::infinity());
+  } else {
+    uint16_t* row = static_cast<uint16_t*>(params.out) + r * params.out_stride;
+    std::fill(row + begin, row + end, bf16_bits(-std::numeric_limits<float>::infinity()));
+  }
+}
+
+// Keys [first_key, first_key + count) of row r, whose clamped window starts at window_begin:
+// `values`, at their columns (the compressed layout counts from window_begin).
+AITER_CPU_INLINE void store_keys(const Fp8MqaLogitsParams& params, int64_t r, int64_t window_begin,
+                                 int64_t first_key, const float* values, int64_t count) {
+  store_columns(params, r, params.compressed ? first_key - window_begin : first_key, values, count);
 }
 
 // The clamped windows [window_begin, window_end) of rows [row_begin, row_end)
@@ -465,11 +503,13 @@ AITER_CPU_INLINE void task_windows(const Fp8MqaLogitsParams& params, int64_t row
     const scheduler::KeyRange window = scheduler::row_window(params.ks[r], params.ke[r], params.N);
     window_begin[i] = window.empty() ? 0 : window.begin;
     window_end[i] = window.empty() ? 0 : window.end;
-    if (params.clean_logits) {
-      float* out_row = params.out + r * params.out_stride;
-      fill_neg_inf(out_row, chunk_begin, std::min(chunk_end, window_begin[i]));
+    if (params.clean_logits && !params.compressed) {
+      fill_columns_neg_inf(params, r, chunk_begin, std::min(chunk_end, window_begin[i]));
       // An empty row (window_begin = window_end = 0) is all -inf.
-      fill_neg_inf(out_row, std::max(chunk_begin, window_end[i]), chunk_end);
+      fill_columns_neg_inf(params, r, std::max(chunk_begin, window_end[i]), chunk_end);
+    } else if (params.clean_logits && chunk_begin == 0) {
+      // Compressed: keys outside the window have no column; the row's tail does, once per row.
+      fill_columns_neg_inf(params, r, window_end[i] - window_begin[i], params.out_columns);
     }
     task_union.add(scheduler::intersect(window, chunk));
   }
@@ -531,13 +571,12 @@ AITER_CPU_INLINE void run_task(const Fp8MqaLogitsParams& params, const Plan& pla
       if (overlap_begin >= overlap_end) continue;
       const uint32_t* q_row = q_decoded + i * H * depth;
       const float* w_row = params.weights + r * params.weights_stride;
-      float* out_row = params.out + r * params.out_stride;
       for (int64_t t = (overlap_begin - block_begin) / kTile * kTile; block_begin + t < overlap_end;
            t += kTile) {
         tile_all_heads<Format>(q_row, H, depth, kt_block + t, scales + t, w_row, logits);
         const int64_t from = std::max(overlap_begin, block_begin + t);
         const int64_t to = std::min(overlap_end, block_begin + t + kTile);
-        std::memcpy(out_row + from, logits + (from - block_begin - t), (to - from) * sizeof(float));
+        store_keys(params, r, window_begin[i], from, logits + (from - block_begin - t), to - from);
       }
     }
   }
@@ -716,9 +755,8 @@ AITER_CPU_INLINE void run_task_chunked(const Fp8MqaLogitsParams& params, const P
       if (!active[i]) continue;
       const int64_t overlap_begin = std::max(window_begin[i], span_begin);
       const int64_t overlap_end = std::min(window_end[i], span_end);
-      std::memcpy(params.out + (row_begin + i) * params.out_stride + overlap_begin,
-                  logits + i * span_keys + (overlap_begin - span_begin),
-                  (overlap_end - overlap_begin) * sizeof(float));
+      store_keys(params, row_begin + i, window_begin[i], overlap_begin,
+                 logits + i * span_keys + (overlap_begin - span_begin), overlap_end - overlap_begin);
     }
   }
 }

@@ -385,6 +385,8 @@ const char* check_device(int device_index) {
 
 const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int device_index, void* stream) {
   if (!serves(p.H, p.D)) return "fp8_mqa_logits (gfx950): this H and D are not served (capabilities.h)";
+  if (!is_full_float32(p))
+    return "fp8_mqa_logits (gfx950): only float32 logits in the full [M, N] layout are served (capabilities.h)";
   if (p.M <= 0 || p.N <= 0) return nullptr;
   if (p.N > kMaxKeys)
     return "fp8_mqa_logits (gfx950): N must be below 2^25 keys (32-bit buffer offsets)";
@@ -404,7 +406,7 @@ const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int devic
   args.weights = p.weights;
   args.ks = p.ks;
   args.ke = p.ke;
-  args.out = p.out;
+  args.out = static_cast<float*>(p.out);  // float32, full layout (checked above)
   args.weights_stride = p.weights_stride;
   args.out_stride = p.out_stride;
   args.M = int32_t(p.M);

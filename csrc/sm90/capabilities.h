@@ -13,6 +13,11 @@ constexpr int kComputeCapability[] = {9, 0};
 // No fixed grid (persistent CTAs on the balanced plan only): a caller's split_n is refused.
 constexpr bool kHasFixedGrid = false;
 
+// Logits options (docs/operator.md): bfloat16 logits and the compressed [M, max_seqlen_k] layout are
+// not served by this kernel yet; the binding refuses them before allocating.
+constexpr bool kServesBf16Logits = false;
+constexpr bool kServesCompressedLogits = false;
+
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
 }

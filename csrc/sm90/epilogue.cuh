@@ -64,7 +64,7 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const Shared
   // Row indices fit in 32 bits (the launcher keeps M * H below 2^31); only the output offset is 64-bit.
   const int num_rows = static_cast<int>(args.M);
   const int m = block * BlockShape<H>::kRowsPerBlock + local_row;
-  rows.out_row = args.out + int64_t(m < num_rows ? m : 0) * args.out_stride;
+  rows.out_row = logits_f32(args) + int64_t(m < num_rows ? m : 0) * args.out_stride;
   rows.stores = 0;
 #pragma unroll
   for (int k = 0; k < BlockRows<H>::kRows; ++k) {

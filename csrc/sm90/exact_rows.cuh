@@ -89,7 +89,7 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       if (tid < keys) {
         double sum = 0.0;
         for (int head = 0; head < H; ++head) sum += smem.exact_part[tid][head];
-        args.out[row * args.out_stride + row_window.x + tid] =
+        logits_f32(args)[row * args.out_stride + row_window.x + tid] =
             static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + tid]);
       }
       fill_warps_sync();  // before the next row overwrites the staged rows and exact_part

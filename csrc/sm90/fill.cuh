@@ -63,7 +63,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
   int64_t block = share.block;
   int64_t units_left = block < 0 ? 0 : share.units;
   int64_t unit = share.offset;
-  const bool vec_ok = (reinterpret_cast<uintptr_t>(args.out) % 16 == 0) && (args.out_stride % 4 == 0);
+  const bool vec_ok = (reinterpret_cast<uintptr_t>(logits_f32(args)) % 16 == 0) && (args.out_stride % 4 == 0);
   const int64_t blocks = Shape::num_blocks(args);
   while (units_left > 0 && block < blocks) {
     if (tid < Shape::kFillBatchBlocks * kRows) {
@@ -100,7 +100,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
         for (int row = short_run ? tid / 32 : 0; row < kRows; row += short_run ? kWarps : 1) {
           const int64_t m = block * kRows + row;
           if (m < args.M)
-            fill_row_run(args.out + m * args.out_stride, begin, end, short_run ? tid % 32 : tid,
+            fill_row_run(logits_f32(args) + m * args.out_stride, begin, end, short_run ? tid % 32 : tid,
                          short_run ? 32 : kFillThreads, vec_ok);
         }
       }

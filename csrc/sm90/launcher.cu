@@ -139,6 +139,8 @@ size_t workspace_bytes(const Fp8MqaLogitsParams& params, int device_index) {
 
 const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device_index, void* stream) {
   if (!serves(params.H, params.D)) return "fp8_mqa_logits (sm90): this H and D are not served (capabilities.h)";
+  if (!is_full_float32(params))
+    return "fp8_mqa_logits (sm90): only float32 logits in the full [M, N] layout are served (capabilities.h)";
   const int num_sms = sm_count(device_index);
   if (num_sms <= 0) return "fp8_mqa_logits (sm90): cannot query the number of SMs";
   if (workspace == nullptr) return "fp8_mqa_logits (sm90): no workspace for the plan (workspace_bytes)";

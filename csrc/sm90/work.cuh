@@ -71,6 +71,9 @@ __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& arg
   return model;
 }
 
+// The logits this kernel writes: float32 in the full layout (the launcher refuses other outputs).
+__device__ __forceinline__ float* logits_f32(const KernelArgs& args) { return static_cast<float*>(args.out); }
+
 // Row m's window, its raw bounds clamped to [0, N] (m < M).
 __device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs& args, int64_t m) {
   return scheduler::row_window(__ldg(args.ks + m), __ldg(args.ke + m), args.N);

@@ -172,7 +172,7 @@ struct Emulator {
 
   void store(float v, const Rsrc& rsrc, uint32_t offset) {
     if (!buffer_in_range(offset, 4, rsrc.num_records)) return;
-    args.out[(rsrc.base + offset) / 4] = v;
+    static_cast<float*>(args.out)[(rsrc.base + offset) / 4] = v;  // float32, full layout: what gfx950 serves
   }
   Rsrc row_rsrc(int row, int stage_key, bool live) const {
     Rsrc rsrc;
@@ -495,7 +495,22 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
                    long long w_stride, long long out_stride, int clean, int fixed_grid_splits,
                    int num_cus, int kmap_variant, int* plan_out) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys) return -1;
-  Fp8MqaLogitsParams params{q, kv, scales, w, ks, ke, out, M, N, H, kHeadDim, w_stride, out_stride, clean != 0};
+  Fp8MqaLogitsParams params{};
+  params.q = q;
+  params.kv = kv;
+  params.kv_scales = scales;
+  params.weights = w;
+  params.ks = ks;
+  params.ke = ke;
+  params.out = out;  // float32, the full layout (what gfx950 serves)
+  params.M = M;
+  params.N = N;
+  params.H = H;
+  params.D = kHeadDim;
+  params.weights_stride = w_stride;
+  params.out_stride = out_stride;
+  params.out_columns = N;
+  params.clean_logits = clean != 0;
   Emulator emu(params, fixed_grid_splits, num_cus, kmap_variant);
   if (plan_out) {
     plan_out[0] = emu.launch.small;
