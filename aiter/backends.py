@@ -26,11 +26,15 @@ class Backend:
     has_fixed_grid: bool = False  # takes the caller's split_n
     bf16_logits: bool = True  # writes logits_dtype=bfloat16
     compressed_logits: bool = True  # writes the compressed layout (max_seqlen_k > 0)
+    compressed_clean_logits: bool = True  # ... with clean_logits (its -inf tail)
 
-    def serves(self, heads: int, head_dim: int, bf16_logits: bool = False, compressed: bool = False) -> bool:
+    def serves(self, heads: int, head_dim: int, bf16_logits: bool = False, compressed: bool = False,
+               clean_logits: bool = False) -> bool:
         if heads < 1 or head_dim < 1:
             return False
         if (bf16_logits and not self.bf16_logits) or (compressed and not self.compressed_logits):
+            return False
+        if compressed and clean_logits and not self.compressed_clean_logits:
             return False
         return (self.heads is None or heads in self.heads) and (self.head_dims is None or head_dim in self.head_dims)
 
@@ -68,6 +72,7 @@ def _gpu_backend(name: str) -> Backend:
         has_fixed_grid=facts.get("kHasFixedGrid", False),
         bf16_logits=facts.get("kServesBf16Logits", False),
         compressed_logits=facts.get("kServesCompressedLogits", False),
+        compressed_clean_logits=facts.get("kServesCompressedCleanLogits", False),
     )
 
 

@@ -34,9 +34,9 @@ def _longest_window(ks, ke, N):
     return int((e - s).clamp_min(0).max().item()) if ks.numel() else 0
 
 
-def _served_or_refused(H, D, device, logits_dtype, compressed, call):
+def _served_or_refused(H, D, device, logits_dtype, compressed, call, clean_logits=True):
     """Runs `call` when the device's kernel serves the option; else checks that it is refused by name."""
-    if is_supported(H, D, device, logits_dtype=logits_dtype, compressed=compressed):
+    if is_supported(H, D, device, logits_dtype=logits_dtype, compressed=compressed, clean_logits=clean_logits):
         return call()
     if not is_supported(H, D, device):
         pytest.skip(f"no {device} kernel serves H={H}, D={D}")
@@ -101,7 +101,7 @@ def test_compressed_logits(device, M, N, mode, clean, logits_dtype):
     def run():
         return fp8_mqa_logits(*args, clean, out=out, max_seqlen_k=width)
 
-    if _served_or_refused(H, D, device, logits_dtype, True, run) is None:
+    if _served_or_refused(H, D, device, logits_dtype, True, run, clean_logits=clean) is None:
         return
     new = aiter.fp8_fp4_mqa_logits((args[0], None), (args[1], args[2]), args[3], ks, ke, clean, max_seqlen_k=width,
                                    logits_dtype=logits_dtype)
@@ -208,6 +208,22 @@ def test_aiter_triton_module_paths():
 def test_is_supported_options():
     for dtype in (torch.float32, torch.bfloat16):
         for compressed in (False, True):
-            assert is_supported(32, 128, "cpu", logits_dtype=dtype, compressed=compressed)
+            assert is_supported(32, 128, "cpu", logits_dtype=dtype, compressed=compressed, clean_logits=True)
     assert not is_supported(32, 128, "cpu", logits_dtype=torch.float16)
     assert not is_supported(32, 128, "cpu", compressed="yes")
+
+
+def test_window_longer_than_max_seqlen_k_never_writes_past_it_on_a_gpu():
+    """On a GPU the windows are not read on the host: a window longer than max_seqlen_k (a caller's
+    broken guarantee) stores its first max_seqlen_k keys and nothing past the row's width."""
+    if not torch.cuda.is_available() or not is_supported(32, 128, "cuda", compressed=True, clean_logits=False):
+        pytest.skip("needs a GPU kernel that serves the compressed layout")
+    M, N, width = 40, 512, 100
+    q, kv, s, w = make_inputs(M, N, 32, 128, "cuda", seed=17)
+    ks = torch.zeros(M, dtype=torch.int32, device="cuda")
+    ke = torch.full((M,), N, dtype=torch.int32, device="cuda")
+    buf = torch.full((M, 128), float("nan"), device="cuda")
+    fp8_mqa_logits(q, kv, s, w, ks, ke, False, out=buf[:, :width], max_seqlen_k=width)
+    assert torch.isnan(buf[:, width:]).all(), "a column past max_seqlen_k was written"
+    full = fp8_mqa_logits(q, kv, s, w, ks, ke, False)
+    assert torch.equal(buf[:, :width], full[:, :width])

@@ -27,7 +27,7 @@ import torch
 from aiter import fp8_fp4_mqa_logits
 from aiter.ops.fp8_mqa_logits import is_supported
 from aiter.ops.triton.attention.fp8_mqa_logits import fp8_mqa_logits as aiter_form
-from aiter.testing.mqa_logits import reference_logits
+from aiter.testing.mqa_logits import make_windows, reference_logits
 
 FP8 = torch.float8_e4m3fn
 PEER_SCALE = int(os.environ.get("AITER_PEER_SCALE", "32"))
@@ -45,19 +45,9 @@ def cast_rows_to_fp8(kv: torch.Tensor):
     return (kv.float() / scale).to(FP8), scale.squeeze(1)
 
 
-def cp_windows(M: int, N: int, device):
-    """Context-parallel windows (both peers' generator): ks = 0, two chunks of one cp rank."""
-    chunk, cp_size = M // 2, N // M
-    cp_id = cp_size // 3
-    ks = torch.zeros(M, dtype=torch.int32)
-    ke = torch.empty(M, dtype=torch.int32)
-    i = torch.arange(chunk, dtype=torch.int32)
-    ke[:chunk] = cp_id * chunk + i
-    ke[chunk:] = (2 * cp_size - 1 - cp_id) * chunk + i
-    return ks.to(device), ke.to(device)
-
-
 def causal_windows(M: int, N: int, device):
+    """The peers' causal windows: row i sees keys [0, N - M + i) (one key fewer than the contract's
+    causal mode, aiter.testing's make_windows("causal"))."""
     ks = torch.zeros(M, dtype=torch.int32, device=device)
     return ks, torch.arange(M, dtype=torch.int32, device=device) + (N - M)
 
@@ -87,7 +77,8 @@ def expand_compressed(logits, ks, ke, N):
 
 
 def require(H, D, device, logits_dtype=torch.float32, compressed=False):
-    if not is_supported(H, D, device, logits_dtype=logits_dtype, compressed=compressed):
+    # DeepGEMM's compressed cases run without clean_logits, its full ones with it.
+    if not is_supported(H, D, device, logits_dtype=logits_dtype, compressed=compressed, clean_logits=not compressed):
         pytest.skip(f"the {device} kernel does not serve H={H}, D={D}, {logits_dtype}"
                     f"{', compressed' if compressed else ''} (yet)")
 
@@ -123,7 +114,7 @@ def test_deepgemm_prefill_criteria(device, M, N, H, D, logits_dtype, compressed,
     q = torch.randn(M, H, D, generator=gen, dtype=torch.bfloat16).to(device)
     kv = torch.randn(N, D, generator=gen, dtype=torch.bfloat16).to(device)
     weights = torch.randn(M, H, generator=gen).to(device)
-    ks, ke = cp_windows(M, N, device) if cp else causal_windows(M, N, device)
+    ks, ke = make_windows("cp", M, N, device) if cp else causal_windows(M, N, device)
     q_fp8 = q.to(FP8)
     kv_fp8, scales = cast_rows_to_fp8(kv)
     if compressed:
@@ -159,7 +150,7 @@ def test_aiter_prefill_criteria(device, s_q, s_k, H, D, cp, clean):
     kv = (kv_fp8.float() * scales[:, None]).to(torch.bfloat16)  # aiter's test references the dequantized K
     weights = torch.randn(s_q, H, generator=gen).to(device)
     use_cp = cp and s_k % s_q == 0 and s_q % 2 == 0
-    ks, ke = cp_windows(s_q, s_k, device) if use_cp else causal_windows(s_q, s_k, device)
+    ks, ke = make_windows("cp", s_q, s_k, device) if use_cp else causal_windows(s_q, s_k, device)
     q_fp8 = q.to(FP8)
     kv_fp8, scales = cast_rows_to_fp8(kv)
     scales = scales.squeeze()  # 0-d when s_k == 1, as aiter's quantiser leaves it

@@ -486,10 +486,11 @@ def _gpu_backend(index: int):
     return backends.gpu_backend_for(torch, index)
 
 
-def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, compressed=False) -> bool:
+def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, compressed=False,
+                 clean_logits=True) -> bool:
     """True when a native kernel of this package serves (num_heads, head_dim) on ``device``, writing
     ``logits_dtype`` logits (torch.float32 or torch.bfloat16), in the compressed layout when
-    ``compressed`` (max_seqlen_k > 0).
+    ``compressed`` (max_seqlen_k > 0), with its -inf tail when also ``clean_logits``.
 
     What each backend serves is its own statement (csrc/<backend>/capabilities.h, read through
     aiter/backends.py): the CPU path any H, D >= 1 and every option; sm_90a (compute capability 9.0)
@@ -501,7 +502,7 @@ def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, c
         H, D = int(num_heads), int(head_dim)
     except (TypeError, ValueError):
         return False
-    if logits_dtype not in _LOGITS_DTYPE_NAMES or not isinstance(compressed, bool):
+    if logits_dtype not in _LOGITS_DTYPE_NAMES or not isinstance(compressed, bool) or not isinstance(clean_logits, bool):
         return False
     try:
         dev = _default_device() if device is None else torch.device(device)
@@ -514,4 +515,4 @@ def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, c
     else:
         backend = _gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
     return backend is not None and backend.serves(H, D, bf16_logits=logits_dtype == torch.bfloat16,
-                                                  compressed=compressed)
+                                                  compressed=compressed, clean_logits=clean_logits)

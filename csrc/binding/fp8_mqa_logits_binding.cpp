@@ -206,7 +206,7 @@ const aiter::GpuBackend& backend_for(const at::Device& device) {
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,
 // split_n, the kernels' size and alignment limits): made before the output is allocated.
 const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n,
-                                             bool bf16_logits, bool compressed) {
+                                             bool bf16_logits, bool compressed, bool clean_logits) {
   const at::Device device = q.device();
   const aiter::GpuBackend& backend = backend_for(device);
   const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
@@ -220,6 +220,10 @@ const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tens
                               " kernel does not write the compressed layout (max_seqlen_k > 0) yet; pass "
                               "max_seqlen_k=0 and read row m's window at columns ks[m]..ke[m]-1, or use "
                               "CPU tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!compressed || !clean_logits || backend.serves_compressed_clean, AITER_OP, "the ",
+                              backend.name, " kernel does not write the compressed layout (max_seqlen_k > 0) with "
+                              "clean_logits (its -inf tail) yet, as DeepGEMM does not; pass clean_logits=False "
+                              "(the tail is then untouched) or use CPU tensors");
   TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the ", backend.name,
                     " kernel has none, so pass split_n=0 or None");
@@ -334,7 +338,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   TORCH_CHECK_VALUE(split_n == 0 || !device.is_cpu(), AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
   const aiter::GpuBackend* gpu_backend =
-      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, compressed);
+      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, compressed, clean_logits);
   if (compressed && device.is_cpu()) check_windows_fit(cu_starts, cu_ends, N, max_seqlen_k);
 
   const c10::DeviceGuard guard(device);

@@ -28,6 +28,7 @@ struct GpuBackend {
   bool has_fixed_grid;         // takes split_n (fixed-grid splits); others refuse a nonzero one
   bool serves_bf16_logits;     // logits_dtype=bfloat16
   bool serves_compressed;      // max_seqlen_k > 0 (the compressed layout)
+  bool serves_compressed_clean;  // ... with clean_logits (its -inf tail)
   bool (*serves)(long long heads, long long head_dim);
   const char* (*check_device)(int device_index);  // nullptr when the GPU runs this backend
   // Device bytes the launch needs as scratch (0: none); the binding allocates them per call.
@@ -51,7 +52,7 @@ inline const std::vector<GpuBackend>& gpu_backends() {
   static const std::vector<GpuBackend> table = {
 #ifdef AITER_WITH_SM90
       {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), sm90::kHasFixedGrid,
-       sm90::kServesBf16Logits, sm90::kServesCompressedLogits,
+       sm90::kServesBf16Logits, sm90::kServesCompressedLogits, sm90::kServesCompressedCleanLogits,
        [](long long heads, long long head_dim) { return sm90::serves(heads, head_dim); }, &sm90::check_device,
        &sm90::workspace_bytes,
        [](const Fp8MqaLogitsParams& params, int64_t, void* workspace, int device_index, void* stream) {
@@ -60,7 +61,7 @@ inline const std::vector<GpuBackend>& gpu_backends() {
 #endif
 #ifdef AITER_WITH_GFX950
       {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), gfx950::kHasFixedGrid,
-       gfx950::kServesBf16Logits, gfx950::kServesCompressedLogits,
+       gfx950::kServesBf16Logits, gfx950::kServesCompressedLogits, gfx950::kServesCompressedCleanLogits,
        [](long long heads, long long head_dim) { return gfx950::serves(heads, head_dim); }, &gfx950::check_device,
        [](const Fp8MqaLogitsParams&, int) { return size_t(0); },  // plans inside the kernel
        [](const Fp8MqaLogitsParams& params, int64_t split_n, void*, int device_index, void* stream) {

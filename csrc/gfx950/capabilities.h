@@ -17,6 +17,7 @@ constexpr bool kHasFixedGrid = true;
 // not served by this kernel yet; the binding refuses them before allocating.
 constexpr bool kServesBf16Logits = false;
 constexpr bool kServesCompressedLogits = false;
+constexpr bool kServesCompressedCleanLogits = false;
 
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);

@@ -13,10 +13,12 @@ constexpr int kComputeCapability[] = {9, 0};
 // No fixed grid (persistent CTAs on the balanced plan only): a caller's split_n is refused.
 constexpr bool kHasFixedGrid = false;
 
-// Logits options (docs/operator.md): bfloat16 logits and the compressed [M, max_seqlen_k] layout are
-// not served by this kernel yet; the binding refuses them before allocating.
+// Logits options (docs/operator.md): the compressed [M, max_seqlen_k] layout without clean_logits
+// (what vLLM asks DeepGEMM for); not yet bfloat16 logits, nor the compressed layout's -inf tail
+// (DeepGEMM refuses that combination too). The binding refuses what is not served before allocating.
 constexpr bool kServesBf16Logits = false;
-constexpr bool kServesCompressedLogits = false;
+constexpr bool kServesCompressedLogits = true;
+constexpr bool kServesCompressedCleanLogits = false;
 
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);

@@ -3,7 +3,7 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //                  -inf elsewhere when clean_logits; without it nothing outside the windows is written
 //
-// Tensors: out [M, N] f32, row stride out_stride (written); kv_scale [N] f32 (the caller loads it);
+// Tensors: out [M, N] f32 (or [M, max_seqlen_k], the compressed layout), row stride out_stride (written); kv_scale [N] f32 (the caller loads it);
 // w [M, H] and the row windows come from the block's Q slot in shared memory (producer.cuh).
 // kv_scale > 0 is a precondition, so it is applied after the head sum: relu(s x) = s relu(x).
 //
@@ -43,12 +43,15 @@ template <int H>
 struct BlockRows {
   static constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup / 2;
   float weights[32];
-  float* out_row;
+  float* out_row;             // where key 0 of the first row is stored
+  int64_t row_offset[kRows];  // the compressed layout only: row k's key 0 from out_row
   int2 window[kRows];
   uint32_t stores;
 };
 
-template <int H>
+// kCompressed: the compressed layout (key n of row m at column n - s_m; served without clean_logits),
+// its own kernel instance so that the full layout's code is what it was.
+template <int H, bool kCompressed>
 __device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const SharedStorage& smem, int slot, int block,
                                                 int math_warpgroup, int quad_lane, int local_row,
                                                 const KernelArgs& args) {
@@ -73,6 +76,20 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const Shared
     rows.stores |= (uint32_t(valid && !is_exact_row(rows.window[k].y - rows.window[k].x)) |
                     (uint32_t(valid && args.clean_logits) << 1))
                    << (2 * k);
+  }
+  if constexpr (kCompressed) {
+    // Each row's shift folded into the row pointers once per block; no key is stored past column
+    // out_columns (the caller's guarantee, kept rather than trusted: the window's end is cut there).
+    int column_shift[BlockRows<H>::kRows];
+#pragma unroll
+    for (int k = 0; k < BlockRows<H>::kRows; ++k) {
+      column_shift[k] = rows.window[k].x;
+      rows.window[k].y = min(rows.window[k].y, rows.window[k].x + static_cast<int>(args.out_columns));
+    }
+    rows.out_row -= column_shift[0];
+#pragma unroll
+    for (int k = 0; k < BlockRows<H>::kRows; ++k)
+      rows.row_offset[k] = k * args.out_stride - (column_shift[k] - column_shift[0]);
   }
 }
 
@@ -125,7 +142,7 @@ __device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const B
 
 // Quad reduce-scatter of the head sums, x kv_scale, store: each thread ends with kRowsPerWarpgroup / 2
 // values of one key (`key`), the rows of BlockRows.
-template <int H>
+template <int H, bool kCompressed>
 __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H>& rows, float half_kv_scale,
                                              int key, const KernelArgs& args, int lane) {
   constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
@@ -147,7 +164,8 @@ __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const Block
     const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
     value = outside ? __int_as_float(0xff800000) : value;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.
-    store_if(rows.out_row + k * args.out_stride + key, value,
+    float* const row = rows.out_row + (kCompressed ? rows.row_offset[k] : k * args.out_stride);
+    store_if(row + key, value,
              key_ok && ((rows.stores >> (2 * k + outside)) & 1));
   }
 }

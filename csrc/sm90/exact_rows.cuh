@@ -48,7 +48,7 @@ __device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, i
 // The short rows this CTA owns (m = blockIdx.x + k gridDim.x), by the 96 fill warps' threads (`tid`).
 // Per row: one round of loads stages its Q row and K rows in shared memory, each (key, head) term is
 // computed by one thread, and one thread per key sums the heads in a fixed order.
-template <int H>
+template <int H, bool kCompressed>
 __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, int tid) {
   constexpr int kRowVecs = kHeadDim / 16;
   constexpr int kQVecs = H * kRowVecs, kKVecs = kExactKeys * kRowVecs;
@@ -61,7 +61,10 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
     const int64_t m = base + int64_t(gridDim.x) * tid;
     const scheduler::KeyRange window = m < args.M ? load_row_window(args, m) : scheduler::KeyRange{0, 0};
     smem.exact_row[tid] = is_exact_row(static_cast<int>(window.size())) ? m : -1;
-    smem.exact_window[tid] = make_int2(static_cast<int>(window.begin), static_cast<int>(window.end));
+    // The compressed layout has out_columns columns: a longer window (a caller's broken guarantee)
+    // stores its first keys only, so its end is cut here, once per candidate.
+    const int64_t stored_end = kCompressed ? min(window.end, window.begin + args.out_columns) : window.end;
+    smem.exact_window[tid] = make_int2(static_cast<int>(window.begin), static_cast<int>(stored_end));
     fill_warps_sync();
     for (int candidate = 0; candidate < kFillThreads; ++candidate) {
       const int64_t row = smem.exact_row[candidate];
@@ -70,15 +73,28 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       const int keys = row_window.y - row_window.x;
       const uint4* q_src = reinterpret_cast<const uint4*>(args.q + row * H * kHeadDim);
       const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x) * kHeadDim);
-      uint4 staged[kQRounds + 1];  // this thread's Q vectors, then its K vector
+      if constexpr (kCompressed) {
+        // Copied without registers: the compressed instance's allocation spills the register
+        // stage below at H = 64 (80 registers per producer thread). The full layout keeps the
+        // register stage: with the copy, ptxas moved the H = 64 epilogue's relu and the long H = 64
+        // rows measured slower (docs/performance.md, issue 9).
 #pragma unroll
-      for (int j = 0; j < kQRounds; ++j)
-        if (tid + j * kFillThreads < kQVecs) staged[j] = __ldg(q_src + tid + j * kFillThreads);
-      if (tid < keys * kRowVecs) staged[kQRounds] = __ldg(k_src + tid);
+        for (int j = 0; j < kQRounds; ++j)
+          if (tid + j * kFillThreads < kQVecs)
+            cp_async_16(q_rows + tid + j * kFillThreads, q_src + tid + j * kFillThreads);
+        if (tid < keys * kRowVecs) cp_async_16(k_rows + tid, k_src + tid);
+        cp_async_wait_all();
+      } else {
+        uint4 staged[kQRounds + 1];  // this thread's Q vectors, then its K vector
 #pragma unroll
-      for (int j = 0; j < kQRounds; ++j)
-        if (tid + j * kFillThreads < kQVecs) q_rows[tid + j * kFillThreads] = staged[j];
-      if (tid < keys * kRowVecs) k_rows[tid] = staged[kQRounds];
+        for (int j = 0; j < kQRounds; ++j)
+          if (tid + j * kFillThreads < kQVecs) staged[j] = __ldg(q_src + tid + j * kFillThreads);
+        if (tid < keys * kRowVecs) staged[kQRounds] = __ldg(k_src + tid);
+#pragma unroll
+        for (int j = 0; j < kQRounds; ++j)
+          if (tid + j * kFillThreads < kQVecs) q_rows[tid + j * kFillThreads] = staged[j];
+        if (tid < keys * kRowVecs) k_rows[tid] = staged[kQRounds];
+      }
       fill_warps_sync();
       for (int term = tid; term < keys * H; term += kFillThreads) {
         const int key = term / H, head = term % H;
@@ -86,10 +102,11 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
         smem.exact_part[key][head] = (dot + fabs(dot)) * args.weights[row * args.weights_stride + head];  // 2 relu(dot) w
       }
       fill_warps_sync();
+      // The compressed layout counts columns from the window's first key.
       if (tid < keys) {
         double sum = 0.0;
         for (int head = 0; head < H; ++head) sum += smem.exact_part[tid][head];
-        logits_f32(args)[row * args.out_stride + row_window.x + tid] =
+        logits_f32(args)[row * args.out_stride + (kCompressed ? 0 : row_window.x) + tid] =
             static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + tid]);
       }
       fill_warps_sync();  // before the next row overwrites the staged rows and exact_part

@@ -7,7 +7,7 @@
 //   Q  [M, H, 128] e4m3, read through a 2-D tensor map [M*H rows, 128 bytes], box 128 rows
 //   K  [N, 128]    e4m3, read through a 2-D tensor map [N rows, 128 bytes],   box 64 rows
 //   kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks/ke [M] i32
-//   out [M, N] f32, row stride out_stride
+//   out [M, N] f32 (or [M, max_seqlen_k], compressed), row stride out_stride
 //
 // A pricing kernel (plan.cuh) first prices every Q block; then one CTA per SM, 512 threads in four
 // roles, each in its own file:
@@ -37,7 +37,8 @@ namespace aiter {
 namespace sm90 {
 
 // `block_units`: [num_blocks] int2, written by price_blocks_kernel just before on the stream.
-template <int H>
+// kCompressed: the compressed logits layout (epilogue.cuh), an instance of its own.
+template <int H, bool kCompressed>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_mqa_logits_sm90_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                const KernelArgs args, const int2* __restrict__ block_units) {
@@ -61,12 +62,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 32) {
       produce_q_and_k<H>(args, smem, &q_map, &k_map);
     } else {
-      exact_short_rows<H>(args, smem, threadIdx.x - 32);
+      exact_short_rows<H, kCompressed>(args, smem, threadIdx.x - 32);
       if (args.clean_logits) fill_outside_windows<H>(args, smem, threadIdx.x - 32);
     }
   } else {
     setmaxnreg_inc<kMathRegs>();
-    run_math_warpgroup<H>(args, smem, warpgroup - 1);
+    run_math_warpgroup<H, kCompressed>(args, smem, warpgroup - 1);
   }
 }
 

@@ -55,12 +55,12 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
 // One flag per device and H: the kernel's dynamic shared-memory limit is raised once per device.
 constexpr int kMaxDevices = 64;
 
-template <int H>
+template <int H, bool kCompressed>
 const char* reserve_shared_memory(int device_index, size_t smem) {
   static std::atomic<bool> reserved[kMaxDevices] = {};
   if (device_index < kMaxDevices && reserved[device_index].load(std::memory_order_acquire)) return nullptr;
-  if (cudaFuncSetAttribute(sm90::fp8_mqa_logits_sm90_kernel<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess)
+  if (cudaFuncSetAttribute(sm90::fp8_mqa_logits_sm90_kernel<H, kCompressed>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
     return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
   if (device_index < kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
   return nullptr;
@@ -86,7 +86,7 @@ int64_t num_blocks(const Fp8MqaLogitsParams& params) {
 }
 
 // The pricing kernel, then the main kernel as its programmatic dependent (plan.cuh says why).
-template <int H>
+template <int H, bool kCompressed>
 const char* launch_heads(const Fp8MqaLogitsParams& params, void* workspace, int device_index, int num_sms,
                          cudaStream_t stream) {
   CUtensorMap q_map, k_map;
@@ -94,7 +94,7 @@ const char* launch_heads(const Fp8MqaLogitsParams& params, void* workspace, int 
       !make_row_map(&k_map, params.kv, static_cast<uint64_t>(params.N), sm90::kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
   const size_t smem = sizeof(sm90::SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
-  if (const char* err = reserve_shared_memory<H>(device_index, smem)) return err;
+  if (const char* err = reserve_shared_memory<H, kCompressed>(device_index, smem)) return err;
 
   int2* block_units = static_cast<int2*>(workspace);
   const int64_t blocks = num_blocks(params);
@@ -113,7 +113,7 @@ const char* launch_heads(const Fp8MqaLogitsParams& params, void* workspace, int 
   config.stream = stream;
   config.attrs = dependent_launch;
   config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, sm90::fp8_mqa_logits_sm90_kernel<H>, q_map, k_map, params,
+  err = cudaLaunchKernelEx(&config, sm90::fp8_mqa_logits_sm90_kernel<H, kCompressed>, q_map, k_map, params,
                            static_cast<const int2*>(block_units));
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
@@ -139,8 +139,9 @@ size_t workspace_bytes(const Fp8MqaLogitsParams& params, int device_index) {
 
 const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device_index, void* stream) {
   if (!serves(params.H, params.D)) return "fp8_mqa_logits (sm90): this H and D are not served (capabilities.h)";
-  if (!is_full_float32(params))
-    return "fp8_mqa_logits (sm90): only float32 logits in the full [M, N] layout are served (capabilities.h)";
+  if (params.logits_dtype != LogitsDtype::kFloat32 || (params.compressed && params.clean_logits))
+    return "fp8_mqa_logits (sm90): only float32 logits, and the compressed layout without clean_logits, are "
+           "served (capabilities.h)";
   const int num_sms = sm_count(device_index);
   if (num_sms <= 0) return "fp8_mqa_logits (sm90): cannot query the number of SMs";
   if (workspace == nullptr) return "fp8_mqa_logits (sm90): no workspace for the plan (workspace_bytes)";
@@ -149,8 +150,11 @@ const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device
     return "fp8_mqa_logits (sm90): N and M*H must stay below 2^31 minus one tile (64 keys, one Q tile)";
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 2, "the dispatch below covers every served H");
-  return params.H == 32 ? launch_heads<32>(params, workspace, device_index, num_sms, cuda_stream)
-                        : launch_heads<64>(params, workspace, device_index, num_sms, cuda_stream);
+  if (params.compressed)
+    return params.H == 32 ? launch_heads<32, true>(params, workspace, device_index, num_sms, cuda_stream)
+                          : launch_heads<64, true>(params, workspace, device_index, num_sms, cuda_stream);
+  return params.H == 32 ? launch_heads<32, false>(params, workspace, device_index, num_sms, cuda_stream)
+                        : launch_heads<64, false>(params, workspace, device_index, num_sms, cuda_stream);
 }
 
 }  // namespace sm90

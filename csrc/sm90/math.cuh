@@ -24,7 +24,7 @@
 namespace aiter {
 namespace sm90 {
 
-template <int H>
+template <int H, bool kCompressed>
 __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, int math_warpgroup) {
   using Shape = BlockShape<H>;
   const int lane = threadIdx.x % 32;
@@ -108,8 +108,9 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
     fence_accumulators(acc);
     if (lane == 0) mbar_arrive(&smem.k_empty[in_flight.stage]);
     if (in_flight.first)
-      load_block_rows<H>(rows, smem, in_flight.slot, in_flight.block, math_warpgroup, quad_lane, local_row, args);
-    reduce_store<H>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
+      load_block_rows<H, kCompressed>(rows, smem, in_flight.slot, in_flight.block, math_warpgroup, quad_lane,
+                                      local_row, args);
+    reduce_store<H, kCompressed>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
     if (in_flight.last) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.q_empty[in_flight.slot]);

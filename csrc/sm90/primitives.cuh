@@ -69,6 +69,12 @@ __device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool vali
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
 }
+// 16 bytes global -> shared, bypassing the registers (and L1); complete after cp_async_wait_all.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+// Waits for all of this thread's cp.async copies; a barrier then publishes them to the others.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // One arrival on `bar` once this thread's earlier cp.async copies have landed; it counts as one of
 // the barrier's expected arrivals (.noinc).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {

@@ -71,7 +71,7 @@ __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& arg
   return model;
 }
 
-// The logits this kernel writes: float32 in the full layout (the launcher refuses other outputs).
+// The logits this kernel writes: float32 (the launcher refuses bfloat16), full or compressed layout.
 __device__ __forceinline__ float* logits_f32(const KernelArgs& args) { return static_cast<float*>(args.out); }
 
 // Row m's window, its raw bounds clamped to [0, N] (m < M).

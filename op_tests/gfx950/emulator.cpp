@@ -487,6 +487,20 @@ struct Emulator {
 
 }  // namespace
 
+// What the plan reads of a launch's arguments: the windows, the sizes and clean_logits.
+static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean) {
+  Fp8MqaLogitsParams params{};
+  params.ks = ks;
+  params.ke = ke;
+  params.M = M;
+  params.N = N;
+  params.H = H;
+  params.D = kHeadDim;
+  params.out_columns = N;
+  params.clean_logits = clean != 0;
+  return params;
+}
+
 extern "C" {
 
 // Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
@@ -495,22 +509,14 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
                    long long w_stride, long long out_stride, int clean, int fixed_grid_splits,
                    int num_cus, int kmap_variant, int* plan_out) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys) return -1;
-  Fp8MqaLogitsParams params{};
+  Fp8MqaLogitsParams params = plan_params(ks, ke, M, N, H, clean);
   params.q = q;
   params.kv = kv;
   params.kv_scales = scales;
   params.weights = w;
-  params.ks = ks;
-  params.ke = ke;
   params.out = out;  // float32, the full layout (what gfx950 serves)
-  params.M = M;
-  params.N = N;
-  params.H = H;
-  params.D = kHeadDim;
   params.weights_stride = w_stride;
   params.out_stride = out_stride;
-  params.out_columns = N;
-  params.clean_logits = clean != 0;
   Emulator emu(params, fixed_grid_splits, num_cus, kmap_variant);
   if (plan_out) {
     plan_out[0] = emu.launch.small;
@@ -528,15 +534,7 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean,
                          int num_cus, int* wg_units, int* wg_segments) {
   if ((H != 32 && H != 64) || M <= 0 || N <= 0) return -1;
-  Fp8MqaLogitsParams params{};
-  params.ks = ks;
-  params.ke = ke;
-  params.M = M;
-  params.N = N;
-  params.H = H;
-  params.D = kHeadDim;
-  params.clean_logits = clean != 0;
-  Emulator emu(params, 0, num_cus, 0);
+  Emulator emu(plan_params(ks, ke, M, N, H, clean), 0, num_cus, 0);
   if (!emu.launch.balanced) return -1;
   emu.build_plan();
   for (int x = 0; x < emu.launch.grid_x; ++x) {
