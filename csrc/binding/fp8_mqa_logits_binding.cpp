@@ -206,7 +206,8 @@ const aiter::GpuBackend& backend_for(const at::Device& device) {
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,
 // split_n, the kernels' size and alignment limits): made before the output is allocated.
 const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n,
-                                             bool bf16_logits, bool compressed, bool clean_logits) {
+                                             bool bf16_logits, int64_t max_seqlen_k, bool clean_logits) {
+  const bool compressed = max_seqlen_k > 0;
   const at::Device device = q.device();
   const aiter::GpuBackend& backend = backend_for(device);
   const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
@@ -229,6 +230,8 @@ const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tens
                     " kernel has none, so pass split_n=0 or None");
   TORCH_CHECK_VALUE(split_n <= std::numeric_limits<int32_t>::max(), AITER_OP, "split_n must fit in int32, got ",
                     split_n);
+  TORCH_CHECK_VALUE(!compressed || max_seqlen_k <= kMaxDeviceRows, AITER_OP, "max_seqlen_k = ", max_seqlen_k,
+                    " is more columns than the GPU kernels address (", kMaxDeviceRows, ")");
   check_device_sizes(M, N, H, q, kv);
   return backend;
 }
@@ -338,7 +341,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   TORCH_CHECK_VALUE(split_n == 0 || !device.is_cpu(), AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
   const aiter::GpuBackend* gpu_backend =
-      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, compressed, clean_logits);
+      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, max_seqlen_k, clean_logits);
   if (compressed && device.is_cpu()) check_windows_fit(cu_starts, cu_ends, N, max_seqlen_k);
 
   const c10::DeviceGuard guard(device);
