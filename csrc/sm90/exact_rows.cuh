@@ -4,7 +4,8 @@
 //
 // Tensors: Q [M, H, 128] e4m3 and K [N, 128] e4m3 (plain loads, one Q row and its few K rows at a
 // time), kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks, ke [M] int32; out [M, N]
-// f32, row stride out_stride (written: the row's in-window columns).
+// f32, or [M, max_seqlen_k] in the compressed layout, row stride out_stride (written: the row's
+// in-window columns; compressed: columns 0..keys-1).
 //
 // Why: Hopper's FP8 wgmma accumulates with ~14-bit precision, and a row with only a few logits can
 // cancel them all to the size of that error (tunables.h: kExactKeys). These rows are computed here
