@@ -26,25 +26,30 @@ BENCHMARK_SHAPES = (
 
 
 def deepgemm_logits():
-    """DeepGEMM's prefill op as ``fn(q, kv, kv_scales, weights, ks, ke, clean) -> logits``, with the
-    name of what was found, or (None, why not)."""
+    """DeepGEMM's prefill op as ``fn(q, kv, kv_scales, weights, ks, ke, clean, max_seqlen_k=0,
+    logits_dtype=torch.float32) -> logits``, with the name of what was found, or (None, why not).
+    The legacy form has no logits_dtype: a bfloat16 row then gets no baseline (TypeError, reported)."""
     try:
         import deep_gemm
+        import torch
     except Exception as e:  # not installed, or built for another torch/CUDA
         return None, f"none (deep_gemm not importable: {type(e).__name__})"
     version = getattr(deep_gemm, "__version__", "?")
-    if hasattr(deep_gemm, "fp8_mqa_logits"):
-        op = deep_gemm.fp8_mqa_logits
-
-        def run(q, kv, kv_scales, weights, ks, ke, clean):
-            return op(q, (kv, kv_scales), weights, ks, ke, clean_logits=clean)
-
-        return run, f"DeepGEMM {version} fp8_mqa_logits, same run"
     if hasattr(deep_gemm, "fp8_fp4_mqa_logits"):
         op = deep_gemm.fp8_fp4_mqa_logits
 
-        def run(q, kv, kv_scales, weights, ks, ke, clean):
-            return op((q, None), (kv, kv_scales), weights, ks, ke, clean_logits=clean)
+        def run(q, kv, kv_scales, weights, ks, ke, clean, max_seqlen_k=0, logits_dtype=torch.float32):
+            return op((q, None), (kv, kv_scales), weights, ks, ke, clean_logits=clean, max_seqlen_k=max_seqlen_k,
+                      logits_dtype=logits_dtype)
 
         return run, f"DeepGEMM {version} fp8_fp4_mqa_logits, same run"
+    if hasattr(deep_gemm, "fp8_mqa_logits"):
+        op = deep_gemm.fp8_mqa_logits
+
+        def run(q, kv, kv_scales, weights, ks, ke, clean, max_seqlen_k=0, logits_dtype=torch.float32):
+            if logits_dtype != torch.float32:
+                raise TypeError("the legacy fp8_mqa_logits writes float32 logits only")
+            return op(q, (kv, kv_scales), weights, ks, ke, clean_logits=clean, max_seqlen_k=max_seqlen_k)
+
+        return run, f"DeepGEMM {version} fp8_mqa_logits, same run"
     return None, f"none (deep_gemm {version} has no fp8_mqa_logits)"

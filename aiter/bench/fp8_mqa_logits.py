@@ -1,9 +1,13 @@
 """Benchmark of fp8_mqa_logits on the present device: ``python -m aiter.bench.fp8_mqa_logits``.
 
-One table: shape (M x N), window mode, H, clean_logits, µs, TFLOP/s = 2*H*D*in_window_pairs / t,
+One table: shape (M x N), window mode, H, clean_logits, the logits variant, µs, TFLOP/s = 2*H*D*in_window_pairs / t,
 % of the measured peak, floor µs = max(FLOPs / peak, output bytes / copy bandwidth), and the
-baseline's µs over ours (> 1: ours is faster). Output bytes are M*N*4 with clean_logits (every
-element is written), in-window pairs * 4 without.
+baseline's µs over ours (> 1: ours is faster). Output bytes are rows * width * element size with
+clean_logits (every element is written), in-window pairs * element size without.
+
+Variants (``--variants``, default full): full (float32, [M, N]), bf16 (bfloat16 logits), compressed
+([M, W] with W the longest window, max_seqlen_k = W), compressed-bf16. A variant the device's kernel
+does not serve is skipped with the reason; the baseline runs the same variant.
 
 GPU: the contract's shapes (docs/operator.md), H = 32 and 64, D = 128, cold L2, median of
 >= 10 CUDA-event timings; the baseline is DeepGEMM's op timed in the same run on the same inputs
@@ -23,13 +27,17 @@ import torch
 
 from aiter.bench import baselines, machine
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
-from aiter.testing.mqa_logits import in_window_pairs, make_inputs, make_windows, window_mask
+from aiter.testing.mqa_logits import (clamped_windows, compress_logits, in_window_pairs, make_inputs, make_windows,
+                                      window_mask)
 
 D = 128
 GPU_SHAPES = baselines.BENCHMARK_SHAPES
 GPU_QUICK = (("causal", 4096, 32768), ("multi_req", 4096, 32768), ("causal", 128, 4096))
 CPU_SHAPES = (("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024), ("causal", 1024, 8192))
 CPU_QUICK = (("causal", 128, 4096), ("causal", 1024, 1024))
+# name -> (compressed, logits dtype)
+VARIANTS = {"full": (False, torch.float32), "bf16": (False, torch.bfloat16), "compressed": (True, torch.float32),
+            "compressed-bf16": (True, torch.bfloat16)}
 # Heads per CPU shape: the long 1024 x 8192 row runs at H = 32 only, to keep the CPU run short.
 CPU_HEADS_LIMIT = {("causal", 1024, 8192): (32,)}
 
@@ -102,6 +110,10 @@ def run(args) -> dict:
     shapes = _parse_shapes(args.shapes, shapes_all) if args.shapes else (quick if args.quick else shapes_all)
     heads = tuple(int(h) for h in args.heads.split(",")) if args.heads else (32, 64)
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
+    variants = args.variants.split(",") if args.variants else ["full"]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     header = (
         f"device: {name} | {peak_how}: {peak / 1e12:.3g} TFLOP/s | copy bandwidth {bw / 1e9:.0f} GB/s"
         f" (read + write) | timing: {timing} | baseline: {baseline_name} | D = {D}"
@@ -119,19 +131,33 @@ def run(args) -> dict:
             ks, ke = make_windows(mode, M, N, device)
             pairs = in_window_pairs(ks, ke, N)
             flops = 2.0 * H * D * pairs
-            for clean in cleans:
-                us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean))
-                out_bytes = 4.0 * (M * N if clean else pairs)
+            starts, ends = clamped_windows(ks, ke, N)
+            longest = max(1, int((ends - starts).clamp_min(0).max().item()))
+            for variant, clean in ((v, c) for v in variants for c in cleans):
+                compressed, dtype = VARIANTS[variant]
+                if not is_supported(H, D, device, logits_dtype=dtype, compressed=compressed, clean_logits=clean):
+                    print(f"skip {M}x{N} H={H} {variant} clean={clean}: not served on {device}", file=sys.stderr)
+                    continue
+                options = dict(max_seqlen_k=longest if compressed else 0, logits_dtype=dtype)
+                us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options))
+                width = longest if compressed else N
+                out_bytes = torch.empty((), dtype=dtype).element_size() * (M * width if clean else pairs)
                 floor_us = max(flops / peak, out_bytes / bw) * 1e6
+                label = f"{M}x{N} H={H} {variant}"
                 if peer is not None:
-                    base_us = _time_peer(timer, peer, (q, kv, s, w, ks, ke, clean), f"{M}x{N} H={H}")
+                    base_us = _time_peer(timer, peer, (q, kv, s, w, ks, ke, clean), label, **options)
                 elif not on_gpu:
-                    base_us = timer(lambda: torch_fp32_logits(q, kv, s, w, ks, ke, clean))
-                    _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean), torch_fp32_logits(q, kv, s, w, ks, ke, clean), ks, ke, N)
+                    def naive():
+                        full = torch_fp32_logits(q, kv, s, w, ks, ke, clean)
+                        return (compress_logits(full, ks, ke, longest) if compressed else full).to(dtype)
+                    base_us = timer(naive)
+                    _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options), naive(), ks, ke, N,
+                                   compressed)
                 else:
                     base_us = None
                 row = {
                     "shape": f"{M}x{N}", "M": M, "N": N, "mode": mode, "H": H, "D": D, "clean": clean,
+                    "variant": variant,
                     "us": us, "tflops": flops / (us * 1e-6) / 1e12, "pct_peak": 100.0 * flops / (us * 1e-6) / peak,
                     "floor_us": floor_us, "baseline_us": base_us,
                     "ratio": (base_us / us) if base_us else None, "in_window_pairs": pairs,
@@ -142,29 +168,35 @@ def run(args) -> dict:
             "baseline": baseline_name, "rows": rows}
 
 
-def _time_peer(timer, peer, args, label):
+def _time_peer(timer, peer, args, label, **options):
     """The peer's time on the same inputs, or None (with the reason on stderr) where it refuses them."""
     try:
-        return timer(lambda: peer(*args))
+        return timer(lambda: peer(*args, **options))
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
         print(f"baseline skipped for {label}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
         return None
 
 
-def _check_against(ours, ref, ks, ke, N):
-    inside = window_mask(ks, ke, N)
+def _check_against(ours, ref, ks, ke, N, compressed=False):
+    if compressed:
+        starts, ends = clamped_windows(ks, ke, N)
+        inside = torch.arange(ours.shape[1], device=ours.device)[None, :] < (ends - starts).clamp_min(0)[:, None]
+    else:
+        inside = window_mask(ks, ke, N)
     if not inside.any():
         return
-    err = ((ours - ref)[inside].double().norm() / ref[inside].double().norm().clamp_min(1e-30)).item()
-    if err > 1e-4:
+    bar = 4e-3 if torch.bfloat16 in (ours.dtype, ref.dtype) else 1e-4
+    ours, ref = ours.double(), ref.double()
+    err = ((ours - ref)[inside].norm() / ref[inside].norm().clamp_min(1e-30)).item()
+    if err > bar:
         print(f"warning: op and torch baseline differ (relative L2 {err:.2e})", file=sys.stderr)
 
 
-COLUMNS = ("shape", "mode", "H", "clean", "µs", "TFLOP/s", "% peak", "floor µs", "baseline µs", "baseline / ours")
+COLUMNS = ("shape", "mode", "H", "clean", "variant", "µs", "TFLOP/s", "% peak", "floor µs", "baseline µs", "baseline / ours")
 
 
 def _md_row(r) -> str:
-    cells = (r["shape"], r["mode"], str(r["H"]), "yes" if r["clean"] else "no", _fmt(r["us"]),
+    cells = (r["shape"], r["mode"], str(r["H"]), "yes" if r["clean"] else "no", r["variant"], _fmt(r["us"]),
              _fmt(r["tflops"], 2), _fmt(r["pct_peak"]), _fmt(r["floor_us"]), _fmt(r["baseline_us"]),
              _fmt(r["ratio"], 2))
     return "| " + " | ".join(cells) + " |"
@@ -182,6 +214,7 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", help="comma-separated MxN or mode:MxN (default: the device's list)")
     p.add_argument("--quick", action="store_true", help="a few shapes only")
     p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")
+    p.add_argument("--variants", help=f"comma-separated logits variants (default full): {', '.join(VARIANTS)}")
     p.add_argument("--iters", type=int, help="timed calls per row (GPU: at least 10)")
     p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
     p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
