@@ -78,3 +78,12 @@ def test_helper_kernel_needs_no_qgmma_but_no_spills():
                                f"{PLAN}\n    8 bytes stack frame, 8 bytes spill stores")
     failures, _ = evaluate(two, spilled)
     assert any(PLAN in f and "spills 8" in f for f in failures)
+
+
+def test_relu_order_is_reported():
+    _, summary = evaluate(sass(LOOP), GOOD_LOG)
+    assert any("relu FADDs before the stage release: 1 of 1" in line for line in summary)
+    late = LOOP.replace("FADD R1, |R2|, R2 ;", "FFMA R5, R6, R7, R5 ;").replace(
+        "FFMA R3, R1, R4, R3 ;", "FADD R1, |R2|, R2 ;")
+    _, summary = evaluate(sass(late), GOOD_LOG)
+    assert any("relu FADDs before the stage release: 0 of 1" in line for line in summary)
