@@ -7,6 +7,7 @@ everything else uses a tiny Python C-API extension that compiles in about two se
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import json
@@ -584,26 +585,18 @@ def test_killed_builder_takes_its_compilers_with_it(tiny, slow_cxx):
     assert not list((tiny.cache / "tiny_jit_test").glob(".tmp-*"))
 
 
-@pytest.mark.parametrize("to", ["process", "group"])  # kill -INT; Ctrl-C in the builder's terminal
-def test_interrupted_builder_raises_keyboardinterrupt_and_the_waiter_builds(tiny, slow_cxx, to):
-    keyinfo, _ = tiny("key", AITER_CXX=slow_cxx)
-    module_dir = tiny.cache / "tiny_jit_test"
+@contextlib.contextmanager
+def _builder_and_waiter(tiny, slow_cxx):
+    """A slow build in one process and a second process waiting for it, both started: yields
+    (builder, waiter, the build's temp dir). Afterwards every process left is killed, their
+    compilers included."""
     builder = _tiny_process(tiny, AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="60")
     waiter = None
     try:
-        build_tmp = _wait_for_compile(module_dir)
+        build_tmp = _wait_for_compile(tiny.cache / "tiny_jit_test")
         waiter = _tiny_process(tiny, AITER_CXX=slow_cxx)
         assert "waiting for another process" in waiter.stderr.readline()
-        (os.kill if to == "process" else os.killpg)(builder.pid, signal.SIGINT)
-        _, builder_err = builder.communicate(timeout=30)
-        assert builder_err.rstrip().splitlines()[-1] == "KeyboardInterrupt", builder_err[-3000:]
-        assert "JitBuildError" not in builder_err
-        assert not (module_dir / f"failed-{keyinfo['key']}.log").exists()
-        assert not _wait_until_gone(build_tmp, timeout=3.0)
-        out, err = waiter.communicate(timeout=120)
-        assert waiter.returncode == 0, err[-3000:]
-        info = json.loads(out.strip().splitlines()[-1])
-        assert info["built"] and info["answer"] == 42
+        yield builder, waiter, build_tmp
     finally:
         for p in (builder, waiter):
             if p is not None and p.poll() is None:
@@ -611,35 +604,39 @@ def test_interrupted_builder_raises_keyboardinterrupt_and_the_waiter_builds(tiny
                 p.communicate()
         for pid, _ in _processes_mentioning(os.fspath(tiny.cache)):
             os.kill(pid, signal.SIGKILL)
+
+
+def _assert_waiter_built(tiny, keyinfo, waiter, build_tmp):
+    """No failure log, the dead build's temp dir swept, and the waiter built the module itself."""
+    assert not (tiny.cache / "tiny_jit_test" / f"failed-{keyinfo['key']}.log").exists()
+    assert not _wait_until_gone(build_tmp, timeout=3.0)
+    out, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, err[-3000:]
+    info = json.loads(out.strip().splitlines()[-1])
+    assert info["built"] and info["answer"] == 42
+
+
+@pytest.mark.parametrize("to", ["process", "group"])  # kill -INT; Ctrl-C in the builder's terminal
+def test_interrupted_builder_raises_keyboardinterrupt_and_the_waiter_builds(tiny, slow_cxx, to):
+    keyinfo, _ = tiny("key", AITER_CXX=slow_cxx)
+    with _builder_and_waiter(tiny, slow_cxx) as (builder, waiter, build_tmp):
+        (os.kill if to == "process" else os.killpg)(builder.pid, signal.SIGINT)
+        _, builder_err = builder.communicate(timeout=30)
+        assert builder_err.rstrip().splitlines()[-1] == "KeyboardInterrupt", builder_err[-3000:]
+        assert "JitBuildError" not in builder_err
+        _assert_waiter_built(tiny, keyinfo, waiter, build_tmp)
 
 
 def test_waiter_builds_when_the_build_process_is_killed(tiny, slow_cxx):
     """A build that died (here: its process killed from outside) is no compile failure: the process
     that waited for it builds instead of reporting one."""
     keyinfo, _ = tiny("key", AITER_CXX=slow_cxx)
-    module_dir = tiny.cache / "tiny_jit_test"
-    builder = _tiny_process(tiny, AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="60")
-    waiter = None
-    try:
-        build_tmp = _wait_for_compile(module_dir)
-        waiter = _tiny_process(tiny, AITER_CXX=slow_cxx)
-        assert "waiting for another process" in waiter.stderr.readline()
+    with _builder_and_waiter(tiny, slow_cxx) as (builder, waiter, build_tmp):
         child, = [pid for pid, cmd in _processes_mentioning(build_tmp) if "_build_child.py" in cmd]
         os.kill(child, signal.SIGKILL)
         _, builder_err = builder.communicate(timeout=30)
         assert builder.returncode != 0 and "killed by SIGKILL" in builder_err, builder_err[-3000:]
-        assert not (module_dir / f"failed-{keyinfo['key']}.log").exists()
-        assert not _wait_until_gone(build_tmp, timeout=3.0)
-        out, err = waiter.communicate(timeout=120)
-        assert waiter.returncode == 0, err[-3000:]
-        assert json.loads(out.strip().splitlines()[-1])["built"]
-    finally:
-        for p in (builder, waiter):
-            if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-        for pid, _ in _processes_mentioning(os.fspath(tiny.cache)):
-            os.kill(pid, signal.SIGKILL)
+        _assert_waiter_built(tiny, keyinfo, waiter, build_tmp)
 
 
 # ------------------------------------------------------------------------------------------------
