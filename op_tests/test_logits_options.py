@@ -120,6 +120,42 @@ def test_compressed_logits(device, M, N, mode, clean, logits_dtype):
         assert torch.equal(new[inside], compress_logits(full, ks, ke, width)[inside])
 
 
+# Every (H, D) the sm90 kernel serves at the corners, in every logits format: each is a kernel
+# instance of its own there (H 8 and 16 pack 48 and 24 query rows per Q tile; D 32 and 64 use the
+# 32- and 64-byte swizzles). On the CPU the same cases check the portable path at those shapes.
+HEAD_SHAPES = [(8, 32), (8, 128), (16, 64), (16, 128), (32, 32), (32, 64), (64, 32), (64, 64), (64, 128)]
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
+@pytest.mark.parametrize("H,D", HEAD_SHAPES, ids=[f"h{h}d{d}" for h, d in HEAD_SHAPES])
+def test_head_shapes_in_every_format(device, H, D, compressed, logits_dtype, clean):
+    M, N = 97, 1000  # rows past the last full Q block at every H; 16 key tiles
+    args = _case(M, N, H, D, "random", device, seed=H * 100 + D)  # short, empty and long windows
+    ks, ke = args[4], args[5]
+    width = _longest_window(ks, ke, N) + 5 if compressed else N
+    out = torch.full((M, width + 3), float("nan"), dtype=logits_dtype, device=device)[:, :width]
+
+    def run():
+        return fp8_mqa_logits(*args, clean, out=out, max_seqlen_k=width if compressed else 0)
+
+    if _served_or_refused(H, D, device, logits_dtype, compressed, run, clean_logits=clean) is None:
+        return
+    ref = reference_logits(*args, clean_logits=True)
+    if compressed:
+        ref = compress_logits(ref, ks, ke, width)
+        s, e = clamped_windows(ks, ke, N)
+        inside = torch.arange(width, device=device)[None, :] < (e - s).clamp_min(0)[:, None]
+    else:
+        inside = window_mask(ks, ke, N)
+    _check_values(out, ref, inside, device, logits_dtype)
+    if clean:
+        assert torch.equal(torch.isneginf(out), ~inside), "-inf pattern differs from the windows"
+    else:
+        assert torch.isnan(out[~inside]).all(), "an element outside the windows was written"
+
+
 def test_compressed_window_longer_than_max_seqlen_k_is_refused_on_cpu():
     args = _case(17, 129, 4, 32, "causal", "cpu", seed=3)
     longest = _longest_window(args[4], args[5], 129)

@@ -342,11 +342,11 @@ def test_gpu_out_on_cpu():
 
 
 @needs_gpu
-@pytest.mark.parametrize("h,d", [(16, 128), (48, 128), (32, 64), (64, 256)], ids=lambda v: str(v))
+@pytest.mark.parametrize("h,d", [(4, 128), (48, 128), (32, 96), (64, 256)], ids=lambda v: str(v))
 def test_gpu_unsupported_heads_or_head_dim(h, d):
     assert not is_supported(h, d, "cuda")
     args = good_args("cuda", 8, 64, h, d)
-    with pytest.raises(NotImplementedError, match=r"serves H in \{32, 64\} and D in \{128\}|no kernel for"):
+    with pytest.raises(NotImplementedError, match=r"kernel serves H in \{[0-9, ]+\} and D in \{[0-9, ]+\}, got q|no kernel for"):
         call(args)
 
 

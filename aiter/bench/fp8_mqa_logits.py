@@ -1,6 +1,6 @@
 """Benchmark of fp8_mqa_logits on the present device: ``python -m aiter.bench.fp8_mqa_logits``.
 
-One table: shape (M x N), window mode, H, clean_logits, the logits variant, µs, TFLOP/s = 2*H*D*in_window_pairs / t,
+One table: shape (M x N), window mode, H, D, clean_logits, the logits variant, µs, TFLOP/s = 2*H*D*in_window_pairs / t,
 % of the measured peak, floor µs = max(FLOPs / peak, output bytes / copy bandwidth), and the
 baseline's µs over ours (> 1: ours is faster). Output bytes are rows * width * element size with
 clean_logits (every element is written), in-window pairs * element size without.
@@ -9,7 +9,7 @@ Variants (``--variants``, default full): full (float32, [M, N]), bf16 (bfloat16 
 ([M, W] with W the longest window, max_seqlen_k = W), compressed-bf16. A variant the device's kernel
 does not serve is skipped with the reason; the baseline runs the same variant.
 
-GPU: the contract's shapes (docs/operator.md), H = 32 and 64, D = 128, cold L2, median of
+GPU: the contract's shapes (docs/operator.md), H = 32 and 64 (``--heads``), D = 128 (``--head-dims``), cold L2, median of
 >= 10 CUDA-event timings; the baseline is DeepGEMM's op timed in the same run on the same inputs
 when the deep_gemm package is importable (aiter/bench/baselines.py), else none. CPU: small shapes; the peak is torch's best float32 matmul rate and the baseline is the
 same computation in plain torch float32 (einsum + relu + weighted sum), so the ratio says how much
@@ -30,7 +30,6 @@ from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
 from aiter.testing.mqa_logits import (clamped_windows, compress_logits, in_window_pairs, make_inputs, make_windows,
                                       window_mask)
 
-D = 128
 GPU_SHAPES = baselines.BENCHMARK_SHAPES
 GPU_QUICK = (("causal", 4096, 32768), ("multi_req", 4096, 32768), ("causal", 128, 4096))
 CPU_SHAPES = (("causal", 128, 4096), ("causal", 64, 8192), ("causal", 1024, 1024), ("causal", 1024, 8192))
@@ -109,6 +108,7 @@ def run(args) -> dict:
         timing = "perf_counter, median of 3-10"
     shapes = _parse_shapes(args.shapes, shapes_all) if args.shapes else (quick if args.quick else shapes_all)
     heads = tuple(int(h) for h in args.heads.split(",")) if args.heads else (32, 64)
+    head_dims = tuple(int(d) for d in args.head_dims.split(",")) if args.head_dims else (128,)
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
     variants = args.variants.split(",") if args.variants else ["full"]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -116,54 +116,53 @@ def run(args) -> dict:
         raise SystemExit(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
     header = (
         f"device: {name} | {peak_how}: {peak / 1e12:.3g} TFLOP/s | copy bandwidth {bw / 1e9:.0f} GB/s"
-        f" (read + write) | timing: {timing} | baseline: {baseline_name} | D = {D}"
+        f" (read + write) | timing: {timing} | baseline: {baseline_name}"
     )
     print(header, file=sys.stderr, flush=True)  # progress goes to stderr; stdout gets one table
     rows = []
-    for mode, M, N in shapes:
-        for H in heads:
-            if not on_gpu and H not in CPU_HEADS_LIMIT.get((mode, M, N), (H,)) and not args.shapes:
+    for mode, M, N, H, D in ((*shape, H, D) for shape in shapes for D in head_dims for H in heads):
+        if not on_gpu and H not in CPU_HEADS_LIMIT.get((mode, M, N), (H,)) and not args.shapes:
+            continue
+        if not is_supported(H, D, device):
+            print(f"skip {M}x{N} H={H}: no native kernel for H={H}, D={D} on {device}", file=sys.stderr)
+            continue
+        q, kv, s, w = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
+        ks, ke = make_windows(mode, M, N, device)
+        pairs = in_window_pairs(ks, ke, N)
+        flops = 2.0 * H * D * pairs
+        starts, ends = clamped_windows(ks, ke, N)
+        longest = max(1, int((ends - starts).clamp_min(0).max().item()))
+        for variant, clean in ((v, c) for v in variants for c in cleans):
+            compressed, dtype = VARIANTS[variant]
+            if not is_supported(H, D, device, logits_dtype=dtype, compressed=compressed, clean_logits=clean):
+                print(f"skip {M}x{N} H={H} {variant} clean={clean}: not served on {device}", file=sys.stderr)
                 continue
-            if not is_supported(H, D, device):
-                print(f"skip {M}x{N} H={H}: no native kernel for H={H}, D={D} on {device}", file=sys.stderr)
-                continue
-            q, kv, s, w = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
-            ks, ke = make_windows(mode, M, N, device)
-            pairs = in_window_pairs(ks, ke, N)
-            flops = 2.0 * H * D * pairs
-            starts, ends = clamped_windows(ks, ke, N)
-            longest = max(1, int((ends - starts).clamp_min(0).max().item()))
-            for variant, clean in ((v, c) for v in variants for c in cleans):
-                compressed, dtype = VARIANTS[variant]
-                if not is_supported(H, D, device, logits_dtype=dtype, compressed=compressed, clean_logits=clean):
-                    print(f"skip {M}x{N} H={H} {variant} clean={clean}: not served on {device}", file=sys.stderr)
-                    continue
-                options = dict(max_seqlen_k=longest if compressed else 0, logits_dtype=dtype)
-                us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options))
-                width = longest if compressed else N
-                out_bytes = torch.empty((), dtype=dtype).element_size() * (M * width if clean else pairs)
-                floor_us = max(flops / peak, out_bytes / bw) * 1e6
-                label = f"{M}x{N} H={H} {variant}"
-                if peer is not None:
-                    base_us = _time_peer(timer, peer, (q, kv, s, w, ks, ke, clean), label, **options)
-                elif not on_gpu:
-                    def naive():
-                        full = torch_fp32_logits(q, kv, s, w, ks, ke, clean)
-                        return (compress_logits(full, ks, ke, longest) if compressed else full).to(dtype)
-                    base_us = timer(naive)
-                    _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options), naive(), ks, ke, N,
-                                   compressed)
-                else:
-                    base_us = None
-                row = {
-                    "shape": f"{M}x{N}", "M": M, "N": N, "mode": mode, "H": H, "D": D, "clean": clean,
-                    "variant": variant,
-                    "us": us, "tflops": flops / (us * 1e-6) / 1e12, "pct_peak": 100.0 * flops / (us * 1e-6) / peak,
-                    "floor_us": floor_us, "baseline_us": base_us,
-                    "ratio": (base_us / us) if base_us else None, "in_window_pairs": pairs,
-                }
-                rows.append(row)
-                print(_md_row(row), file=sys.stderr, flush=True)
+            options = dict(max_seqlen_k=longest if compressed else 0, logits_dtype=dtype)
+            us = timer(lambda: fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options))
+            width = longest if compressed else N
+            out_bytes = torch.empty((), dtype=dtype).element_size() * (M * width if clean else pairs)
+            floor_us = max(flops / peak, out_bytes / bw) * 1e6
+            label = f"{M}x{N} H={H} D={D} {variant}"
+            if peer is not None:
+                base_us = _time_peer(timer, peer, (q, kv, s, w, ks, ke, clean), label, **options)
+            elif not on_gpu:
+                def naive():
+                    full = torch_fp32_logits(q, kv, s, w, ks, ke, clean)
+                    return (compress_logits(full, ks, ke, longest) if compressed else full).to(dtype)
+                base_us = timer(naive)
+                _check_against(fp8_mqa_logits(q, kv, s, w, ks, ke, clean, **options), naive(), ks, ke, N,
+                               compressed)
+            else:
+                base_us = None
+            row = {
+                "shape": f"{M}x{N}", "M": M, "N": N, "mode": mode, "H": H, "D": D, "clean": clean,
+                "variant": variant,
+                "us": us, "tflops": flops / (us * 1e-6) / 1e12, "pct_peak": 100.0 * flops / (us * 1e-6) / peak,
+                "floor_us": floor_us, "baseline_us": base_us,
+                "ratio": (base_us / us) if base_us else None, "in_window_pairs": pairs,
+            }
+            rows.append(row)
+            print(_md_row(row), file=sys.stderr, flush=True)
     return {"header": header, "device": name, "peak_flops": peak, "copy_bytes_per_s": bw,
             "baseline": baseline_name, "rows": rows}
 
@@ -192,11 +191,11 @@ def _check_against(ours, ref, ks, ke, N, compressed=False):
         print(f"warning: op and torch baseline differ (relative L2 {err:.2e})", file=sys.stderr)
 
 
-COLUMNS = ("shape", "mode", "H", "clean", "variant", "µs", "TFLOP/s", "% peak", "floor µs", "baseline µs", "baseline / ours")
+COLUMNS = ("shape", "mode", "H", "D", "clean", "variant", "µs", "TFLOP/s", "% peak", "floor µs", "baseline µs", "baseline / ours")
 
 
 def _md_row(r) -> str:
-    cells = (r["shape"], r["mode"], str(r["H"]), "yes" if r["clean"] else "no", r["variant"], _fmt(r["us"]),
+    cells = (r["shape"], r["mode"], str(r["H"]), str(r["D"]), "yes" if r["clean"] else "no", r["variant"], _fmt(r["us"]),
              _fmt(r["tflops"], 2), _fmt(r["pct_peak"]), _fmt(r["floor_us"]), _fmt(r["baseline_us"]),
              _fmt(r["ratio"], 2))
     return "| " + " | ".join(cells) + " |"
@@ -211,6 +210,7 @@ def to_markdown(result: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m aiter.bench.fp8_mqa_logits", description=__doc__.split("\n\n")[0])
     p.add_argument("--heads", help="comma-separated head counts (default 32,64)")
+    p.add_argument("--head-dims", help="comma-separated head dims (default 128)")
     p.add_argument("--shapes", help="comma-separated MxN or mode:MxN (default: the device's list)")
     p.add_argument("--quick", action="store_true", help="a few shapes only")
     p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")

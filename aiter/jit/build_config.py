@@ -23,7 +23,14 @@ def csrc_dir() -> Path:
 # Sources every build compiles: the ATen binding and the portable CPU path.
 COMMON_SOURCES = ("binding/fp8_mqa_logits_binding.cpp", "cpu/fp8_mqa_logits_cpu.cpp")
 # Per-target kernel sources, added when the target is present.
-SM90_SOURCES = ("sm90/launcher.cu",)
+# sm90: the dispatch, and the kernel instances one file per H (compiled in parallel).
+SM90_SOURCES = (
+    "sm90/launcher.cu",
+    "sm90/instances/heads_8.cu",
+    "sm90/instances/heads_16.cu",
+    "sm90/instances/heads_32.cu",
+    "sm90/instances/heads_64.cu",
+)
 GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
 INCLUDE_DIRS = (".",)

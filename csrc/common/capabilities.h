@@ -15,4 +15,18 @@ constexpr bool listed(const int (&values)[Count], long long value) {
   return false;
 }
 
+template <size_t Count>
+constexpr int largest(const int (&values)[Count]) {
+  int most = values[0];
+  for (size_t i = 1; i < Count; ++i) most = values[i] > most ? values[i] : most;
+  return most;
+}
+
+template <size_t Count>
+constexpr int smallest(const int (&values)[Count]) {
+  int least = values[0];
+  for (size_t i = 1; i < Count; ++i) least = values[i] < least ? values[i] : least;
+  return least;
+}
+
 }  // namespace aiter

@@ -5,20 +5,20 @@
 namespace aiter {
 namespace sm90 {
 
-constexpr int kServedHeads[] = {32, 64};
-constexpr int kServedHeadDims[] = {128};
+// H: a Q tile has 384 (row, head) columns, so H = 8 and 16 pack 48 and 24 query rows per tile.
+constexpr int kServedHeads[] = {8, 16, 32, 64};
+constexpr int kServedHeadDims[] = {32, 64, 128};
 // The device: compute capability 9.0 (H100, H200); wgmma needs the sm_90a target.
 constexpr int kComputeCapability[] = {9, 0};
 
 // No fixed grid (persistent CTAs on the balanced plan only): a caller's split_n is refused.
 constexpr bool kHasFixedGrid = false;
 
-// Logits options (docs/operator.md): the compressed [M, max_seqlen_k] layout without clean_logits
-// (what vLLM asks DeepGEMM for); not yet bfloat16 logits, nor the compressed layout's -inf tail
-// (DeepGEMM refuses that combination too). The binding refuses what is not served before allocating.
-constexpr bool kServesBf16Logits = false;
+// Logits options (docs/operator.md): float32 or bfloat16 logits, the full or the compressed
+// [M, max_seqlen_k] layout, with or without clean_logits (the compressed layout's -inf tail too).
+constexpr bool kServesBf16Logits = true;
 constexpr bool kServesCompressedLogits = true;
-constexpr bool kServesCompressedCleanLogits = false;
+constexpr bool kServesCompressedCleanLogits = true;
 
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);

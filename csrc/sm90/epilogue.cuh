@@ -3,7 +3,8 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //                  -inf elsewhere when clean_logits; without it nothing outside the windows is written
 //
-// Tensors: out [M, N] f32 (or [M, max_seqlen_k], the compressed layout), row stride out_stride (written); kv_scale [N] f32 (the caller loads it);
+// Tensors: out [M, N] f32 or bf16 (or [M, max_seqlen_k], the compressed layout), row stride
+// out_stride (written: the Logits format, work.cuh); kv_scale [N] f32 (the caller loads it);
 // w [M, H] and the row windows come from the block's Q slot in shared memory (producer.cuh).
 // kv_scale > 0 is a precondition, so it is applied after the head sum: relu(s x) = s relu(x).
 //
@@ -11,9 +12,10 @@
 // quad lane q = l % 4:
 //   d[4j + 2i + c] = S[key = 16 wi + l/4 + 8 i][col = 8 j + 2 q + c],  j < 16, i, c in {0, 1}
 //   col -> (row r = j / (H/8), head = 8 (j % (H/8)) + 2 q + c) within the warpgroup's rows.
-// So each thread holds, for two keys, 8 heads of every one of the warpgroup's rows: the head sum is a
-// per-thread FFMA chain and then a reduction across the quad.
+// So each thread holds, for two keys, H/4 heads of every one of the warpgroup's 128/H rows: the head
+// sum is a per-thread FFMA chain and then a reduction across the quad.
 #pragma once
+#include <cuda_bf16.h>
 #include <cstdint>
 
 #include "sm90/shared_storage.cuh"
@@ -34,25 +36,37 @@ __device__ __forceinline__ void store_if(float* address, float value, bool pred)
       "f"(value), "r"(int(pred))
       : "memory");
 }
+// The bfloat16 form: the float result rounded to nearest even (-inf stays -inf).
+__device__ __forceinline__ void store_if(__nv_bfloat16* address, float value, bool pred) {
+  const uint16_t bits = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %2, 0;\n"
+      "@p st.global.cs.b16 [%0], %1;\n"
+      "}\n" ::"l"(address),
+      "h"(bits), "r"(int(pred))
+      : "memory");
+}
 
 // What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
 // consecutive rows it stores, the first row's output pointer, their clamped windows and what it
 // stores of them: bit 2k of `stores` = row k's in-window elements (not past M, not an exact-path
 // row: exact_rows.cuh), bit 2k + 1 = its out-of-window elements (-inf; not past M, clean_logits).
-template <int H>
+template <int H, class Logits>
 struct BlockRows {
   static constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup / 2;
   float weights[32];
-  float* out_row;             // where key 0 of the first row is stored
+  typename Logits::Element* out_row;  // where key 0 of the first row is stored
   int64_t row_offset[kRows];  // the compressed layout only: row k's key 0 from out_row
   int2 window[kRows];
   uint32_t stores;
 };
 
-// kCompressed: the compressed layout (key n of row m at column n - s_m; served without clean_logits),
-// its own kernel instance so that the full layout's code is what it was.
-template <int H, bool kCompressed>
-__device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const SharedStorage& smem, int slot, int block,
+// The compressed layout (Logits::kCompressed): key n of row m at column n - s_m; its -inf tail is
+// the fill warps' (fill.cuh), so here only in-window elements are stored.
+template <int H, class Logits>
+__device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, const SharedStorage& smem, int slot, int block,
                                                 int math_warpgroup, int quad_lane, int local_row,
                                                 const KernelArgs& args) {
   const float4* weights = reinterpret_cast<const float4*>(smem.weights[slot][math_warpgroup * 4 + quad_lane]);
@@ -67,28 +81,28 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H>& rows, const Shared
   // Row indices fit in 32 bits (the launcher keeps M * H below 2^31); only the output offset is 64-bit.
   const int num_rows = static_cast<int>(args.M);
   const int m = block * BlockShape<H>::kRowsPerBlock + local_row;
-  rows.out_row = logits_f32(args) + int64_t(m < num_rows ? m : 0) * args.out_stride;
+  rows.out_row = logits_out<Logits>(args) + int64_t(m < num_rows ? m : 0) * args.out_stride;
   rows.stores = 0;
 #pragma unroll
-  for (int k = 0; k < BlockRows<H>::kRows; ++k) {
+  for (int k = 0; k < BlockRows<H, Logits>::kRows; ++k) {
     rows.window[k] = smem.window[slot][local_row + k];
     const bool valid = m + k < num_rows;
     rows.stores |= (uint32_t(valid && !is_exact_row(rows.window[k].y - rows.window[k].x)) |
-                    (uint32_t(valid && args.clean_logits) << 1))
+                    (uint32_t(valid && args.clean_logits && !Logits::kCompressed) << 1))
                    << (2 * k);
   }
-  if constexpr (kCompressed) {
+  if constexpr (Logits::kCompressed) {
     // Each row's shift folded into the row pointers once per block; no key is stored past column
     // out_columns (the caller's guarantee, kept rather than trusted: the window's end is cut there).
-    int column_shift[BlockRows<H>::kRows];
+    int column_shift[BlockRows<H, Logits>::kRows];
 #pragma unroll
-    for (int k = 0; k < BlockRows<H>::kRows; ++k) {
+    for (int k = 0; k < BlockRows<H, Logits>::kRows; ++k) {
       column_shift[k] = rows.window[k].x;
       rows.window[k].y = min(rows.window[k].y, rows.window[k].x + static_cast<int>(args.out_columns));
     }
     rows.out_row -= column_shift[0];
 #pragma unroll
-    for (int k = 0; k < BlockRows<H>::kRows; ++k)
+    for (int k = 0; k < BlockRows<H, Logits>::kRows; ++k)
       rows.row_offset[k] = k * args.out_stride - (column_shift[k] - column_shift[0]);
   }
 }
@@ -102,13 +116,13 @@ struct HeadSums {
 };
 
 // relu, x w, and this thread's share of the head sum: 8 heads of each (key, row) it holds.
-template <int H>
-__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const BlockRows<H>& rows) {
+template <int H, class Logits>
+__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const BlockRows<H, Logits>& rows) {
   using Shape = BlockShape<H>;
   constexpr int kRows = Shape::kRowsPerWarpgroup;
-  // FFMA chains per (key, row): 8 chains in all keep the FFMA latency hidden (H=32: one per (key,
-  // row); H=64: two, even and odd head groups, joined at the end in a fixed order).
-  constexpr int kChains = 8 / (2 * kRows);
+  // FFMA chains per (key, row): 8 chains or more keep the FFMA latency hidden (H <= 32: one per
+  // (key, row); H=64: two, even and odd head groups, joined at the end in a fixed order).
+  constexpr int kChains = 2 * kRows >= 8 ? 1 : 8 / (2 * kRows);
   float part[2][kRows][kChains];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
@@ -142,8 +156,8 @@ __device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const B
 
 // Quad reduce-scatter of the head sums, x kv_scale, store: each thread ends with kRowsPerWarpgroup / 2
 // values of one key (`key`), the rows of BlockRows.
-template <int H, bool kCompressed>
-__device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H>& rows, float half_kv_scale,
+template <int H, class Logits>
+__device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H, Logits>& rows, float half_kv_scale,
                                              int key, const KernelArgs& args, int lane) {
   constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
   // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
@@ -164,7 +178,8 @@ __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const Block
     const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
     value = outside ? __int_as_float(0xff800000) : value;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.
-    float* const row = rows.out_row + (kCompressed ? rows.row_offset[k] : k * args.out_stride);
+    typename Logits::Element* const row =
+        rows.out_row + (Logits::kCompressed ? rows.row_offset[k] : k * args.out_stride);
     store_if(row + key, value,
              key_ok && ((rows.stores >> (2 * k + outside)) & 1));
   }

@@ -2,10 +2,10 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
-// Tensors: Q [M, H, 128] e4m3 and K [N, 128] e4m3 (plain loads, one Q row and its few K rows at a
+// Tensors: Q [M, H, D] e4m3 and K [N, D] e4m3 (plain loads, one Q row and its few K rows at a
 // time), kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks, ke [M] int32; out [M, N]
-// f32, or [M, max_seqlen_k] in the compressed layout, row stride out_stride (written: the row's
-// in-window columns; compressed: columns 0..keys-1).
+// f32 or bf16, or [M, max_seqlen_k] in the compressed layout, row stride out_stride (written: the
+// row's in-window columns; compressed: columns 0..keys-1).
 //
 // Why: Hopper's FP8 wgmma accumulates with ~14-bit precision, and a row with only a few logits can
 // cancel them all to the size of that error (tunables.h: kExactKeys). These rows are computed here
@@ -22,15 +22,16 @@
 namespace aiter {
 namespace sm90 {
 
-// 128-d dot product of two e4m3 rows staged in shared memory (8 16-byte vectors each): every product
-// of two e4m3 values is exact in float; four at a time are summed in float (3 roundings of 2^-24),
-// the rest in double (a float-to-double conversion per element runs at a quarter rate). The vectors
-// are visited from `rotation` on, so threads reading different rows of 128 bytes hit different banks.
+// D-long dot product of two e4m3 rows staged in shared memory (D / 16 16-byte vectors each): every
+// product of two e4m3 values is exact in float; four at a time are summed in float (3 roundings of
+// 2^-24), the rest in double (a float-to-double conversion per element runs at a quarter rate). The
+// vectors are visited from `rotation` on, so threads reading different rows hit different banks.
+template <int D>
 __device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, int rotation) {
   double partial[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 16; ++i) {
-    const int v = (i + rotation) % (kHeadDim / 16);
+  for (int i = 0; i < D / 16; ++i) {
+    const int v = (i + rotation) % (D / 16);
     const uint4 x_vec = x[v], y_vec = y[v];
     const uint32_t x_words[4] = {x_vec.x, x_vec.y, x_vec.z, x_vec.w};
     const uint32_t y_words[4] = {y_vec.x, y_vec.y, y_vec.z, y_vec.w};
@@ -49,9 +50,10 @@ __device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, i
 // The short rows this CTA owns (m = blockIdx.x + k gridDim.x), by the 96 fill warps' threads (`tid`).
 // Per row: one round of loads stages its Q row and K rows in shared memory, each (key, head) term is
 // computed by one thread, and one thread per key sums the heads in a fixed order.
-template <int H, bool kCompressed>
+template <int H, int D, class Logits>
 __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, int tid) {
-  constexpr int kRowVecs = kHeadDim / 16;
+  constexpr bool kCompressed = Logits::kCompressed;
+  constexpr int kRowVecs = D / 16;
   constexpr int kQVecs = H * kRowVecs, kKVecs = kExactKeys * kRowVecs;
   static_assert(kKVecs <= kFillThreads, "one K vector per thread");
   constexpr int kQRounds = (kQVecs + kFillThreads - 1) / kFillThreads;
@@ -72,8 +74,8 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       if (row < 0) continue;
       const int2 row_window = smem.exact_window[candidate];
       const int keys = row_window.y - row_window.x;
-      const uint4* q_src = reinterpret_cast<const uint4*>(args.q + row * H * kHeadDim);
-      const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x) * kHeadDim);
+      const uint4* q_src = reinterpret_cast<const uint4*>(args.q + row * H * D);
+      const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x) * D);
       if constexpr (kCompressed) {
         // Copied without registers: the compressed instance's allocation spills the register
         // stage below at H = 64 (80 registers per producer thread). The full layout keeps the
@@ -99,7 +101,7 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       fill_warps_sync();
       for (int term = tid; term < keys * H; term += kFillThreads) {
         const int key = term / H, head = term % H;
-        const double dot = dot_e4m3_row(q_rows + head * kRowVecs, k_rows + key * kRowVecs, head);
+        const double dot = dot_e4m3_row<D>(q_rows + head * kRowVecs, k_rows + key * kRowVecs, head);
         smem.exact_part[key][head] = (dot + fabs(dot)) * args.weights[row * args.weights_stride + head];  // 2 relu(dot) w
       }
       fill_warps_sync();
@@ -107,8 +109,8 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       if (tid < keys) {
         double sum = 0.0;
         for (int head = 0; head < H; ++head) sum += smem.exact_part[tid][head];
-        logits_f32(args)[row * args.out_stride + (kCompressed ? 0 : row_window.x) + tid] =
-            static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + tid]);
+        store_logit(logits_out<Logits>(args) + row * args.out_stride + (kCompressed ? 0 : row_window.x) + tid,
+                    static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + tid]));
       }
       fill_warps_sync();  // before the next row overwrites the staged rows and exact_part
     }

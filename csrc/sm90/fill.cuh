@@ -1,10 +1,12 @@
-// The -inf fill (clean_logits): the columns outside each block's compute tiles, written by warps 1-3
-// of the producer warpgroup while the math warpgroups compute.
+// The -inf fill (clean_logits), written by warps 1-3 of the producer warpgroup while the math
+// warpgroups compute: in the full layout the columns outside each block's compute tiles, in the
+// compressed layout each row's tail (the columns past its window's keys).
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //                  -inf elsewhere (clean_logits)
 //
-// Tensors: ks, ke [M] int32 (read); out [M, N] f32, row stride out_stride (written: -inf only).
+// Tensors: ks, ke [M] int32 (read); out [M, N] f32 or bf16, or [M, max_seqlen_k] (compressed), row
+// stride out_stride (written: -inf only).
 //
 // Why here and not in a second pass (or a torch.full first): the fill is pure store bandwidth, which
 // the math warpgroups leave mostly idle, so the -inf columns are written while the tensor cores work.
@@ -22,21 +24,33 @@ namespace sm90 {
 
 // -inf over columns [begin, end) of one row by `threads` threads (this one is `thread`), 16-byte
 // stores where the row allows. The 16-byte body goes with streaming stores (st.global.cs, like the
-// epilogue's), so the output passes through L2 without evicting K and Q. Column indices are 32-bit: the launcher keeps N below
-// 2^31 - 64.
-__device__ __forceinline__ void fill_row_run(float* row, int begin, int end, int thread, int threads, bool vec_ok) {
-  const float neg_inf = __int_as_float(0xff800000);
+// epilogue's), so the output passes through L2 without evicting K and Q. Column indices are 32-bit:
+// the launcher keeps N and max_seqlen_k below 2^31 - 64.
+template <typename Element>
+__device__ __forceinline__ void fill_row_run(Element* row, int begin, int end, int thread, int threads, bool vec_ok) {
+  constexpr int kPerVector = 16 / sizeof(Element);
+  Element neg_inf;
+  const uint32_t neg_inf_bits = neg_inf_word<Element>();
+  memcpy(&neg_inf, &neg_inf_bits, sizeof(Element));
   if (vec_ok) {
     // Scalar head up to 16-byte alignment, vector body, scalar tail.
-    const int body_begin = min(end, (begin + 3) & ~3), body_end = max(body_begin, end & ~3);
+    const int body_begin = min(end, (begin + kPerVector - 1) & ~(kPerVector - 1));
+    const int body_end = max(body_begin, end & ~(kPerVector - 1));
     for (int n = begin + thread; n < body_begin; n += threads) row[n] = neg_inf;
-    float4* body = reinterpret_cast<float4*>(row + body_begin);
-    const float4 neg_inf4 = make_float4(neg_inf, neg_inf, neg_inf, neg_inf);
-    for (int v = thread; v < (body_end - body_begin) / 4; v += threads) __stcs(body + v, neg_inf4);
+    uint4* body = reinterpret_cast<uint4*>(row + body_begin);
+    const uint4 neg_inf_vector = make_uint4(neg_inf_bits, neg_inf_bits, neg_inf_bits, neg_inf_bits);
+    for (int v = thread; v < (body_end - body_begin) / kPerVector; v += threads) __stcs(body + v, neg_inf_vector);
     for (int n = body_end + thread; n < end; n += threads) row[n] = neg_inf;
   } else {
     for (int n = begin + thread; n < end; n += threads) row[n] = neg_inf;
   }
+}
+
+// Whether an output's rows take the 16-byte body: the base 16-byte aligned and the row stride a
+// whole number of vectors.
+template <typename Element>
+__device__ __forceinline__ bool rows_take_vectors(const KernelArgs& args) {
+  return reinterpret_cast<uintptr_t>(args.out) % 16 == 0 && args.out_stride % (16 / sizeof(Element)) == 0;
 }
 
 // The fill units of a block are its column tiles outside the compute span (scheduler: fill unit u
@@ -52,8 +66,9 @@ __device__ __forceinline__ void fill_row_run(float* row, int begin, int end, int
 // epilogue's relu FADDs below the k_empty arrive and the first-tile branch instead of right after
 // the wgmma wait, which slows every H=64 row (docs/performance.md, issue 9's A/B). Check that
 // schedule in the SASS when this function changes.
-template <int H>
+template <int H, class Logits>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
+  using Element = typename Logits::Element;
   using Shape = BlockShape<H>;
   constexpr int kRows = Shape::kRowsPerBlock;
   constexpr int kWarps = kFillThreads / 32;
@@ -63,7 +78,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
   int64_t block = share.block;
   int64_t units_left = block < 0 ? 0 : share.units;
   int64_t unit = share.offset;
-  const bool vec_ok = (reinterpret_cast<uintptr_t>(logits_f32(args)) % 16 == 0) && (args.out_stride % 4 == 0);
+  const bool vec_ok = rows_take_vectors<Element>(args);
   const int64_t blocks = Shape::num_blocks(args);
   while (units_left > 0 && block < blocks) {
     if (tid < Shape::kFillBatchBlocks * kRows) {
@@ -100,7 +115,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
         for (int row = short_run ? tid / 32 : 0; row < kRows; row += short_run ? kWarps : 1) {
           const int64_t m = block * kRows + row;
           if (m < args.M)
-            fill_row_run(logits_f32(args) + m * args.out_stride, begin, end, short_run ? tid % 32 : tid,
+            fill_row_run(logits_out<Logits>(args) + m * args.out_stride, begin, end, short_run ? tid % 32 : tid,
                          short_run ? 32 : kFillThreads, vec_ok);
         }
       }
@@ -108,6 +123,27 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
       unit = 0;
     }
     fill_warps_sync();  // before the next batch overwrites fill_window
+  }
+}
+
+// The compressed layout's tails: row m's columns [keys_m, out_columns), keys_m = e_m - s_m cut at
+// out_columns (an empty row is all tail). The epilogue and the exact path store columns [0, keys_m),
+// so the two never meet. Each of the three fill warps takes whole rows, m = warp + 3 (CTA + k grid):
+// a tail is one contiguous run, and rows in turn spread long and short tails (a causal chunk's
+// tails shrink row by row) evenly over the CTAs. Not on the plan (work.cuh: cost_model): it is pure
+// store bandwidth beside the compute, as the full layout's fill is.
+template <class Logits>
+__device__ void fill_compressed_tails(const KernelArgs& args, int tid) {
+  using Element = typename Logits::Element;
+  constexpr int kWarps = kFillThreads / 32;
+  const bool vec_ok = rows_take_vectors<Element>(args);
+  const int lane = tid % 32;
+  const int64_t step = int64_t(gridDim.x) * kWarps;
+  for (int64_t m = int64_t(blockIdx.x) * kWarps + tid / 32; m < args.M; m += step) {
+    const scheduler::KeyRange window = load_row_window(args, m);
+    const int keys = static_cast<int>(min(window.size(), args.out_columns));
+    fill_row_run(logits_out<Logits>(args) + m * args.out_stride, keys, static_cast<int>(args.out_columns), lane, 32,
+                 vec_ok);
   }
 }
 

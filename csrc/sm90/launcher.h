@@ -2,7 +2,7 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
-// Tensors: as in common/fp8_mqa_logits_params.h (Q [M, H, D] and K [N, D] e4m3, out [M, N] f32, ...).
+// Tensors: as in common/fp8_mqa_logits_params.h (Q [M, H, D] and K [N, D] e4m3, out [M, N] or [M, max_seqlen_k] f32 or bf16, ...).
 // Why torch-free: the ATen binding validates the arguments, fills Fp8MqaLogitsParams and calls these
 // through its backend table on the current stream; only launcher.cu is compiled by nvcc. What the
 // backend serves (H, D, the device) is stated once, in sm90/capabilities.h.

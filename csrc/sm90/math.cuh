@@ -2,9 +2,9 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
-// Operands, both in shared memory with the 128-byte swizzle (shared_storage.cuh):
-//   A = the K tile:  64 keys x 128 d e4m3 (K-major)
-//   B = this warpgroup's 128 columns of the Q tile: (row, head) pairs x 128 d e4m3 (K-major)
+// Operands, both in shared memory with the D-byte swizzle (shared_storage.cuh):
+//   A = the K tile:  64 keys x D e4m3 (K-major, D-byte swizzle)
+//   B = this warpgroup's 128 columns of the Q tile: (row, head) pairs x D e4m3 (K-major, D-byte swizzle)
 //   D = S[key][col] = K[key] . Q[row, head], 64 x 128 f32 in registers (fragment: epilogue.cuh)
 // kv_scale [N] f32 is read here, one tile ahead; out [M, N] is written by the epilogue.
 //
@@ -24,7 +24,7 @@
 namespace aiter {
 namespace sm90 {
 
-template <int H, bool kCompressed>
+template <int H, int D, class Logits>
 __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, int math_warpgroup) {
   using Shape = BlockShape<H>;
   const int lane = threadIdx.x % 32;
@@ -35,13 +35,13 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
   const int local_row = math_warpgroup * Shape::kRowsPerWarpgroup + ((lane & 1) ? Shape::kRowsPerWarpgroup / 2 : 0);
   // Descriptors of stage 0 / slot 0; other stages and slots are fixed offsets (in 16-byte units).
   // Only the low word (start address) differs between stages, slots and k steps: 32-bit arithmetic.
-  const uint64_t desc_k0 = smem_desc_sw128(smem.k[0]);
-  const uint64_t desc_q0 = smem_desc_sw128(smem.q[0] + math_warpgroup * kColsPerMathWarpgroup * kHeadDim);
+  const uint64_t desc_k0 = smem_desc_swizzled<D>(smem.k[0]);
+  const uint64_t desc_q0 = smem_desc_swizzled<D>(smem.q[0] + math_warpgroup * kColsPerMathWarpgroup * D);
   const uint64_t desc_hi = desc_k0 & 0xffffffff00000000ull;  // same for both: layout, strides
   const uint32_t k_lo0 = static_cast<uint32_t>(desc_k0), q_lo0 = static_cast<uint32_t>(desc_q0);
 
   float acc[64];
-  BlockRows<H> rows;
+  BlockRows<H, Logits> rows;
   int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
   int block = -1, tile = 0, tile_begin = 0, tile_end = 0;
 
@@ -56,11 +56,13 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
   };
   auto issue = [&]() {
     mbar_wait(&smem.k_full[stage], stage_phase);
-    const uint32_t k_lo = k_lo0 + stage * (kKTileBytes >> 4), q_lo = q_lo0 + slot * (kQTileBytes >> 4);
+    const uint32_t k_lo = k_lo0 + stage * (kKStageBytes >> 4), q_lo = q_lo0 + slot * (kQSlotBytes >> 4);
     fence_accumulators(acc);
     wgmma_fence();
+    // k step kk reads bytes [32 kk, 32 kk + 32) of every row: +32 bytes on the start address
+    // within the swizzle atom (the hardware applies the swizzle to the full address).
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 32; ++kk)
+    for (int kk = 0; kk < HeadDimShape<D>::kMmaSteps; ++kk)
       wgmma_m64n128k32_e4m3(acc, desc_hi | (k_lo + 2 * kk), desc_hi | (q_lo + 2 * kk), kk > 0);
     wgmma_commit();
   };
@@ -108,9 +110,9 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
     fence_accumulators(acc);
     if (lane == 0) mbar_arrive(&smem.k_empty[in_flight.stage]);
     if (in_flight.first)
-      load_block_rows<H, kCompressed>(rows, smem, in_flight.slot, in_flight.block, math_warpgroup, quad_lane,
+      load_block_rows<H, Logits>(rows, smem, in_flight.slot, in_flight.block, math_warpgroup, quad_lane,
                                       local_row, args);
-    reduce_store<H, kCompressed>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
+    reduce_store<H, Logits>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
     if (in_flight.last) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.q_empty[in_flight.slot]);

@@ -4,7 +4,7 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
 // Tensors: none directly; the shared-memory tiles the wrappers address are K-major rows of 128 e4m3
-// bytes with the 128-byte swizzle (smem_desc_sw128). Why wrappers: each role file reads as the
+// bytes with the row-wide swizzle (smem_desc_swizzled). Why wrappers: each role file reads as the
 // algorithm, and every inline-asm constraint lives in one place.
 #pragma once
 #include <cuda.h>
@@ -105,15 +105,20 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t packed, float (&out)[4]
 }
 
 // ---- wgmma -------------------------------------------------------------------------------------
-// Shared-memory matrix descriptor for a K-major tile whose rows are 128 bytes, stored with the
-// 128-byte swizzle (what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B): 8-row atoms of 1024 bytes.
-// The tile must start 1024-byte aligned. Advancing k by 32 fp8 values adds 32 bytes (2 units).
-__device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile) {
+// Shared-memory matrix descriptor for a K-major tile whose rows are kRowBytes (32, 64 or 128), stored
+// with the swizzle of that width (what TMA writes with CU_TENSOR_MAP_SWIZZLE_<kRowBytes>B): 8-row
+// atoms of 8 x kRowBytes bytes. The tile must start 1024-byte aligned (enough for every width).
+// Advancing k by 32 fp8 values adds 32 bytes (2 units).
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t smem_desc_swizzled(const void* tile) {
+  static_assert(kRowBytes == 32 || kRowBytes == 64 || kRowBytes == 128, "the wgmma swizzles");
+  // Layout field (bits 62-63): 1 = 128-byte, 2 = 64-byte, 3 = 32-byte swizzle.
+  constexpr uint64_t kLayout = kRowBytes == 128 ? 1 : kRowBytes == 64 ? 2 : 3;
   const uint64_t addr = smem_addr(tile);
-  uint64_t desc = (addr & 0x3FFFF) >> 4;  // start address, 16-byte units
-  desc |= uint64_t(1) << 16;              // leading byte offset: unused for swizzled K-major
-  desc |= uint64_t(1024 >> 4) << 32;      // stride byte offset: next 8-row atom
-  desc |= uint64_t(1) << 62;              // layout: 128-byte swizzle
+  uint64_t desc = (addr & 0x3FFFF) >> 4;    // start address, 16-byte units
+  desc |= uint64_t(1) << 16;                // leading byte offset: unused for swizzled K-major
+  desc |= uint64_t(8 * kRowBytes >> 4) << 32;  // stride byte offset: the next 8-row atom
+  desc |= kLayout << 62;
   return desc;
 }
 
@@ -131,7 +136,7 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kRegs]) {
   for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// wgmma.m64n128k32 e4m3 x e4m3 -> f32, A and B from shared memory (K-major, 128-byte swizzle).
+// wgmma.m64n128k32 e4m3 x e4m3 -> f32, A and B from shared memory (K-major, swizzled: smem_desc_swizzled).
 // d: the warpgroup's 64x128 fp32 accumulator fragment, 64 registers per thread.
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                       int accumulate) {

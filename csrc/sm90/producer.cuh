@@ -3,9 +3,9 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
 // Tensors read:
-//   Q  [M, H, 128] e4m3 through a 2-D tensor map [M*H rows, 128 bytes], box kQBoxRows rows: a block's
+//   Q  [M, H, D] e4m3 through a 2-D tensor map [M*H rows, D bytes], box kQBoxRows rows: a block's
 //      Q tile is rows [block * kQTileCols, + kQTileCols), three boxes
-//   K  [N, 128] e4m3 through a 2-D tensor map [N rows, 128 bytes], box 64 rows: K tile t = keys [64 t, 64 t + 64)
+//   K  [N, D] e4m3 through a 2-D tensor map [N rows, D bytes], box 64 rows: K tile t = keys [64 t, 64 t + 64)
 //   w  [M, H] f32 (row stride weights_stride), by cp.async into SharedStorage::weights (weight_index order)
 //   ks, ke [M] int32: the block's row windows, into SharedStorage::window
 //
@@ -26,31 +26,51 @@
 namespace aiter {
 namespace sm90 {
 
-// Row `lane` < kRowsPerBlock of block `block`, its clamped window, on lane `lane` (the producer walks
-// the blocks with these in registers, one block ahead; other lanes hold an empty window). The lanes
-// also ask L2 for the block's weights, which are copied into the slot with cp.async once it is
-// published: no registers hold them meanwhile.
+// Rows lane + 32 i < kRowsPerBlock of block `block`, their clamped windows, on lane `lane` (the
+// producer walks the blocks with these in registers, one block ahead; rows past the block or past M
+// have an empty window). The lanes also ask L2 for the rows' weights, which are copied into the slot
+// with cp.async once it is published: no registers hold them meanwhile.
 template <int H>
-__device__ __forceinline__ scheduler::KeyRange load_block_window(const KernelArgs& args, int64_t block, int lane) {
-  const int64_t m = block * BlockShape<H>::kRowsPerBlock + lane;
-  if (lane >= BlockShape<H>::kRowsPerBlock || m >= args.M) return scheduler::KeyRange{0, 0};
-  const float* weight_row = args.weights + m * args.weights_stride;
+struct LaneWindows {
+  scheduler::KeyRange row[BlockShape<H>::kRowsPerLane];
+};
+
+template <int H>
+__device__ __forceinline__ LaneWindows<H> load_block_window(const KernelArgs& args, int64_t block, int lane) {
+  LaneWindows<H> windows;
 #pragma unroll
-  for (int h = 0; h < H; h += 32) prefetch_l2(weight_row + h);  // 128-byte lines
-  return load_row_window(args, m);
+  for (int i = 0; i < BlockShape<H>::kRowsPerLane; ++i) {
+    const int row = lane + 32 * i;
+    const int64_t m = block * BlockShape<H>::kRowsPerBlock + row;
+    windows.row[i] = scheduler::KeyRange{0, 0};
+    if (row < BlockShape<H>::kRowsPerBlock && m < args.M) {
+      const float* weight_row = args.weights + m * args.weights_stride;
+#pragma unroll
+      for (int h = 0; h < H; h += 32) prefetch_l2(weight_row + h);  // 128-byte lines
+      windows.row[i] = load_row_window(args, m);
+    }
+  }
+  return windows;
 }
 
 // The union of the 32 lanes' windows: a warp reduction (32-bit: windows lie in [0, N], N < 2^31).
-__device__ __forceinline__ scheduler::BlockUnion<> warp_block_union(scheduler::KeyRange window, int64_t num_keys) {
-  const bool live = !window.empty();
-  const int lo = __reduce_min_sync(0xffffffffu, live ? static_cast<int>(window.begin) : INT_MAX);
-  const int hi = __reduce_max_sync(0xffffffffu, live ? static_cast<int>(window.end) : 0);
+template <int H>
+__device__ __forceinline__ scheduler::BlockUnion<> warp_block_union(const LaneWindows<H>& windows, int64_t num_keys) {
+  int lane_lo = INT_MAX, lane_hi = 0;
+#pragma unroll
+  for (int i = 0; i < BlockShape<H>::kRowsPerLane; ++i) {
+    const bool live = !windows.row[i].empty();
+    lane_lo = min(lane_lo, live ? static_cast<int>(windows.row[i].begin) : INT_MAX);
+    lane_hi = max(lane_hi, live ? static_cast<int>(windows.row[i].end) : 0);
+  }
+  const int lo = __reduce_min_sync(0xffffffffu, lane_lo);
+  const int hi = __reduce_max_sync(0xffffffffu, lane_hi);
   auto block_union = scheduler::BlockUnion<>::empty_within(num_keys);
   block_union.add(scheduler::KeyRange{lo, hi});  // empty (adds nothing) when no lane has a window
   return block_union;
 }
 
-template <int H>
+template <int H, int D>
 __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, const CUtensorMap* q_map,
                                 const CUtensorMap* k_map) {
   using Shape = BlockShape<H>;
@@ -64,23 +84,26 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
   int64_t offset = share.offset;
   // The next block's loads are issued before this block's K tiles, so their latency hides behind
   // the ring waits (a block of causal or multi-request chunks can be a single tile).
-  scheduler::KeyRange next_window = units_left > 0 ? load_block_window<H>(args, block, lane) : scheduler::KeyRange{0, 0};
+  LaneWindows<H> next_windows = load_block_window<H>(args, units_left > 0 ? block : blocks, lane);
   // block < blocks: a guard, the shares end inside the list.
   while (units_left > 0 && block < blocks) {
-    const scheduler::KeyRange window = next_window;
-    const scheduler::TileSpan span = scheduler::tile_span(model, warp_block_union(window, args.N).range());
+    const LaneWindows<H> windows = next_windows;
+    const scheduler::TileSpan span = scheduler::tile_span(model, warp_block_union<H>(windows, args.N).range());
     const scheduler::BlockPrice price = scheduler::price_block(model, span);
     // This CTA's units of the block: [offset, offset + take) of [overhead | tiles].
     const int64_t take = min(units_left, price.compute_total() - offset);
-    if (block + 1 < blocks && take < units_left) next_window = load_block_window<H>(args, block + 1, lane);
+    if (block + 1 < blocks && take < units_left) next_windows = load_block_window<H>(args, block + 1, lane);
     const scheduler::SegmentParts part = scheduler::segment_parts(price, offset, offset + take);
     const int first_tile = static_cast<int>(span.first_tile(kKeysPerTile));
     const int tile_begin = first_tile + static_cast<int>(part.tile_begin);
     const int tile_end = first_tile + static_cast<int>(part.tile_end);
     if (take > 0 && tile_end > tile_begin) {
       mbar_wait(&smem.q_empty[slot], slot_phase ^ 1);
-      if (lane < Shape::kRowsPerBlock)
-        smem.window[slot][lane] = make_int2(static_cast<int>(window.begin), static_cast<int>(window.end));
+#pragma unroll
+      for (int i = 0; i < Shape::kRowsPerLane; ++i)
+        if (lane + 32 * i < Shape::kRowsPerBlock)
+          smem.window[slot][lane + 32 * i] =
+              make_int2(static_cast<int>(windows.row[i].begin), static_cast<int>(windows.row[i].end));
 #pragma unroll
       for (int i = 0; i < kQTileCols / 32; ++i) {
         const int col = lane + 32 * i;
@@ -95,10 +118,10 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
         smem.slot_block[slot] = static_cast<int>(block);
         smem.slot_tile_begin[slot] = tile_begin;
         smem.slot_tile_end[slot] = tile_end;
-        mbar_arrive_expect_tx(&smem.q_full[slot], kQTileBytes);
+        mbar_arrive_expect_tx(&smem.q_full[slot], HeadDimShape<D>::kQTileBytes);
 #pragma unroll
         for (int box = 0; box < kQTileCols / kQBoxRows; ++box)
-          tma_load_2d(smem.q[slot] + box * kQBoxRows * kHeadDim, q_map, &smem.q_full[slot], 0,
+          tma_load_2d(smem.q[slot] + box * kQBoxRows * D, q_map, &smem.q_full[slot], 0,
                       static_cast<int>(block * kQTileCols + box * kQBoxRows));
       } else {
         mbar_arrive(&smem.q_full[slot]);
@@ -108,7 +131,7 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
       for (int tile = tile_begin; tile < tile_end; ++tile) {
         if (lane == 0) {
           mbar_wait(&smem.k_empty[stage], stage_phase ^ 1);
-          mbar_arrive_expect_tx(&smem.k_full[stage], kKTileBytes);
+          mbar_arrive_expect_tx(&smem.k_full[stage], HeadDimShape<D>::kKTileBytes);
           tma_load_2d(smem.k[stage], k_map, &smem.k_full[stage], 0, tile * kKeysPerTile);
         }
         stage = (stage + 1) & (kKStages - 1);

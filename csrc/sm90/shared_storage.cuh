@@ -3,9 +3,10 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
 // What lives here, per CTA (one CTA per SM):
-//   q[slot]        the Q tile of a block: kQTileCols rows (m, h) of 128 e4m3 bytes, written by TMA with
-//                  the 128-byte swizzle wgmma reads (kQSlots slots, a ring: producer -> math warpgroups)
-//   k[stage]       one K tile: 64 rows (keys) of 128 e4m3 bytes, same swizzle (kKStages stages, a ring)
+//   q[slot]        the Q tile of a block: kQTileCols rows (m, h) of D e4m3 bytes, written by TMA with
+//                  the D-byte swizzle wgmma reads (kQSlots slots, a ring: producer -> math warpgroups)
+//   k[stage]       one K tile: 64 rows (keys) of D e4m3 bytes, same swizzle (kKStages stages, a ring)
+//                  Both are sized for D = kMaxHeadDim; a smaller D fills the front of each.
 //   weights[slot]  the block's weights w[m, h] (f32), permuted into the math threads' order (weight_index)
 //   window[slot]   the block's clamped row windows, for the epilogue's in-window test
 //   the plan cut's scratch and result, the fill's batch of row windows, the exact path's staging
@@ -37,8 +38,8 @@ struct PlanShare {
 };
 
 struct SharedStorage {
-  alignas(1024) uint8_t q[kQSlots][kQTileBytes];
-  alignas(1024) uint8_t k[kKStages][kKTileBytes];
+  alignas(1024) uint8_t q[kQSlots][kQSlotBytes];
+  alignas(1024) uint8_t k[kKStages][kKStageBytes];
   // Weights of the slot's (row, head) columns in the math threads' order (weight_index): the 32 of
   // each (math warpgroup, quad lane) are contiguous, read once per block as 8 16-byte vectors.
   alignas(16) float weights[kQSlots][kMathWarpgroups * 4][kWeightRun];
@@ -55,9 +56,9 @@ struct SharedStorage {
   int2 fill_window[kFillThreads];    // clamped windows of the rows of the blocks the fill warps walk next
   int64_t exact_row[kFillThreads];   // candidate rows of the exact path (-1: not short), and
   int2 exact_window[kFillThreads];   // their clamped windows
-  double exact_part[kExactKeys][64];  // relu(q.k) * w per (key, head) of the row in hand
-  alignas(16) uint8_t exact_q[64 * kHeadDim];          // its Q row, and
-  alignas(16) uint8_t exact_k[kExactKeys * kHeadDim];  // its keys' K rows
+  double exact_part[kExactKeys][kMaxHeads];  // relu(q.k) * w per (key, head) of the row in hand
+  alignas(16) uint8_t exact_q[kMaxHeads * kMaxHeadDim];   // its Q row, and
+  alignas(16) uint8_t exact_k[kExactKeys * kMaxHeadDim];  // its keys' K rows
 };
 
 // The storage in the dynamic shared memory, aligned to 1024 bytes (the launcher reserves the slack).

@@ -28,7 +28,9 @@ constexpr int kQTileCols = 128 * kMathWarpgroups;
 constexpr int kQBoxRows = 128;
 // Keys per K stage: the M side of one wgmma m64nNk32.
 constexpr int kKeysPerTile = 64;
-constexpr int kHeadDim = 128;
+// Shared memory is sized for the largest head dim served (capabilities.h); D = 32 and 64 leave part
+// of each stage unused. Not a tunable but a fact, kept beside the tile sizes it multiplies.
+constexpr int kMaxHeadDim = 128;
 // K ring depth: 8 x 8 KiB hides ~4k cycles of L2/HBM latency at one tile per ~512 cycles.
 constexpr int kKStages = 8;
 // Q tiles in flight: the next block's Q and weights load while the current one computes. A third

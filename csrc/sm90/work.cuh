@@ -4,9 +4,9 @@
 //
 // Tensors read here: ks, ke [M] int32 raw row bounds (common/fp8_mqa_logits_params.h has every layout).
 //
-//   Q block  BlockShape<H>::kRowsPerBlock = kQTileCols / H consecutive query rows (12 at H=32, 6 at
-//            H=64); its Q tile is kQTileCols (row, head) columns x 128 d, one wgmma B operand per math
-//            warpgroup.
+//   Q block  BlockShape<H>::kRowsPerBlock = kQTileCols / H consecutive query rows (48, 24, 12, 6 at
+//            H = 8, 16, 32, 64); its Q tile is kQTileCols (row, head) columns x D bytes, one wgmma B
+//            operand per math warpgroup.
 //   K tile   kKeysPerTile = 64 keys on the grid n = 64 t (TMA boxes); a Q block visits the K tiles
 //            that cover its union window.
 //
@@ -14,10 +14,12 @@
 // blocks and must agree on every window, union and price, so they all read windows through
 // load_row_window and price blocks with the one cost_model below (common/work_scheduler.h).
 #pragma once
+#include <cuda_bf16.h>
 #include <cstdint>
 
 #include "common/fp8_mqa_logits_params.h"
 #include "common/work_scheduler.h"
+#include "sm90/capabilities.h"
 #include "sm90/tunables.h"
 
 namespace aiter {
@@ -27,10 +29,33 @@ namespace sm90 {
 // rejects N >= 2^31 - 64).
 using KernelArgs = Fp8MqaLogitsParams;
 
-constexpr int kKTileBytes = kKeysPerTile * kHeadDim;  // 8 KiB
-constexpr int kQTileBytes = kQTileCols * kHeadDim;    // 48 KiB
+constexpr int kMinHeads = smallest(kServedHeads);
+constexpr int kMaxHeads = largest(kServedHeads);
+static_assert(largest(kServedHeadDims) == kMaxHeadDim, "shared memory is sized for the largest D served");
 constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
-constexpr int kMaxRowsPerBlock = kQTileCols / 32;  // rows of a block at the smallest H
+constexpr int kMaxRowsPerBlock = kQTileCols / kMinHeads;  // rows of a block at the smallest H
+// Shared memory holds tiles of the largest head dim; a smaller D uses the front of each stage and slot.
+constexpr int kKStageBytes = kKeysPerTile * kMaxHeadDim;  // 8 KiB
+constexpr int kQSlotBytes = kQTileCols * kMaxHeadDim;     // 48 KiB
+
+// A K or Q row is D bytes, one swizzle atom wide (the tensor maps and the wgmma descriptors use the
+// D-byte swizzle), and a tile's MMA is D / 32 wgmma k32 steps.
+template <int D>
+struct HeadDimShape {
+  static_assert(D == 32 || D == 64 || D == 128, "rows of 32, 64 or 128 bytes: the three TMA/wgmma swizzles");
+  static constexpr int kKTileBytes = kKeysPerTile * D;
+  static constexpr int kQTileBytes = kQTileCols * D;
+  static constexpr int kMmaSteps = D / 32;
+};
+
+// What the kernel writes, from the call's options: the element (float, or bfloat16 rounded to
+// nearest even from the float result) and the layout (full [M, N], or compressed [M, max_seqlen_k]).
+// A kernel parameter, CUTLASS-style, so each instance's epilogue holds only its own stores.
+template <typename ElementT, bool kCompressedLayout>
+struct LogitsFormat {
+  using Element = ElementT;  // float or __nv_bfloat16
+  static constexpr bool kCompressed = kCompressedLayout;
+};
 
 // Warps 1-3 of the producer warpgroup: the exact rows, then the -inf fill. They synchronise among
 // themselves only, on named barrier 1 (0 is __syncthreads).
@@ -42,6 +67,8 @@ struct BlockShape {
   static constexpr int kRowsPerBlock = kQTileCols / H;                     // 12 / 6
   static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 / 2
   static constexpr int kHeadGroups = H / 8;  // 8-column groups of the accumulator fragment per row
+  // Rows a lane of the producer warp loads (one per lane up to 32 rows: H >= 16).
+  static constexpr int kRowsPerLane = (kRowsPerBlock + 31) / 32;
   static_assert(kColsPerMathWarpgroup == 128, "the math warpgroups use wgmma m64n128");
   static_assert(kRowsPerWarpgroup % 2 == 0, "the quad reduce-scatter halves the rows twice");
   // With one slot the math warpgroups would wait for the next block's Q before releasing the current one.
@@ -51,7 +78,7 @@ struct BlockShape {
 
   // Blocks the -inf fill takes per round (fill.cuh): as many as hold kFillThreads rows, one row
   // window loaded per fill thread.
-  static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;  // 8 / 16
+  static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;  // 2, 4, 8, 16 at H = 8 ... 64
 
   __device__ __forceinline__ static int64_t num_blocks(const KernelArgs& args) {
     return (args.M + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -60,19 +87,32 @@ struct BlockShape {
 
 // How the plan prices a Q block, in K tiles: the 64-key tiles of the grid that cover its union,
 // kBlockOverheadTiles for starting it, and with clean_logits one fill unit per column tile outside
-// those (the -inf fill writes them).
+// those (the -inf fill writes them). The compressed layout's -inf tails are not on the plan: the
+// fill warps write them row by row (fill.cuh), so its blocks have no fill units.
 __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& args) {
   scheduler::CostModel model;
   model.num_keys = args.N;
   model.tile_keys = kKeysPerTile;
   model.tiles_on_key_grid = true;
   model.start_overhead = kBlockOverheadTiles;
-  model.fill_unit_keys = args.clean_logits ? kKeysPerTile : 0;
+  model.fill_unit_keys = args.clean_logits && !args.compressed ? kKeysPerTile : 0;
   return model;
 }
 
-// The logits this kernel writes: float32 (the launcher refuses bfloat16), full or compressed layout.
-__device__ __forceinline__ float* logits_f32(const KernelArgs& args) { return static_cast<float*>(args.out); }
+// A plain store of one logit as the output's element (the exact path; the epilogue has its own
+// predicated streaming form), and the element's -inf twice over in 32 bits (the fill's vectors).
+__device__ __forceinline__ void store_logit(float* at, float value) { *at = value; }
+__device__ __forceinline__ void store_logit(__nv_bfloat16* at, float value) { *at = __float2bfloat16_rn(value); }
+template <typename Element>
+__host__ __device__ constexpr uint32_t neg_inf_word() {
+  return sizeof(Element) == 4 ? 0xff800000u : 0xff80ff80u;
+}
+
+// The logits output as the instance's element type.
+template <class Logits>
+__device__ __forceinline__ typename Logits::Element* logits_out(const KernelArgs& args) {
+  return static_cast<typename Logits::Element*>(args.out);
+}
 
 // Row m's window, its raw bounds clamped to [0, N] (m < M).
 __device__ __forceinline__ scheduler::KeyRange load_row_window(const KernelArgs& args, int64_t m) {

@@ -1,0 +1,147 @@
+// One kernel instance's host side: tensor maps, shared-memory reservation, the pricing kernel and
+// the main kernel as its programmatic dependent.
+//
+//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
+//
+// Tensors: Q [M, H, D] and K [N, D] e4m3 get 2-D tensor maps (rows of D bytes, D-byte swizzle: the
+// layout wgmma reads from shared memory); everything else goes to the kernel as pointers in
+// Fp8MqaLogitsParams. The (H, D, logits format) instances are explicitly instantiated in
+// instances/heads_<H>.cu, one file per H so that the JIT compiles them in parallel and launcher.cu
+// (the dispatch) sees only the declaration below.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/fp8_mqa_logits_params.h"
+
+namespace aiter {
+namespace sm90 {
+
+// What a launch of any instance gets from the dispatch.
+struct LaunchContext {
+  const Fp8MqaLogitsParams& params;
+  void* workspace;  // the plan's block prices: plan_workspace_bytes(num_blocks)
+  int device_index;
+  int num_sms;
+  cudaStream_t stream;
+};
+
+// nullptr on success, else a static message.
+template <int H, int D, class Logits>
+const char* launch_instance(const LaunchContext& context);
+
+}  // namespace sm90
+}  // namespace aiter
+
+// The definition, for the instance files only (they define AITER_SM90_INSTANCE_FILE first).
+#ifdef AITER_SM90_INSTANCE_FILE
+#include <cuda_bf16.h>
+
+#include "sm90/kernel.cuh"
+#include "sm90/plan.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace launch_detail {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, fetched through the runtime so the module needs no -lcuda.
+inline EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn encoder = []() -> EncodeTiledFn {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      return nullptr;
+    return reinterpret_cast<EncodeTiledFn>(entry);
+  }();
+  return encoder;
+}
+
+// A [rows, D-byte] fp8 matrix read in boxes of `box_rows` rows, with the D-byte swizzle for wgmma.
+template <int D>
+bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t box_rows) {
+  const EncodeTiledFn encode = encode_tiled();
+  if (encode == nullptr) return false;
+  constexpr CUtensorMapSwizzle kSwizzle =
+      D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : D == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(D), rows};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(D)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(D), box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, kSwizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// One flag per device and instance: the kernel's dynamic shared-memory limit is raised once per device.
+constexpr int kMaxDevices = 64;
+
+template <int H, int D, class Logits>
+const char* reserve_shared_memory(int device_index, size_t smem) {
+  static std::atomic<bool> reserved[kMaxDevices] = {};
+  if (device_index < kMaxDevices && reserved[device_index].load(std::memory_order_acquire)) return nullptr;
+  if (cudaFuncSetAttribute(fp8_mqa_logits_sm90_kernel<H, D, Logits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess)
+    return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
+  if (device_index < kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
+  return nullptr;
+}
+
+}  // namespace launch_detail
+
+// The pricing kernel, then the main kernel as its programmatic dependent (plan.cuh says why).
+template <int H, int D, class Logits>
+const char* launch_instance(const LaunchContext& context) {
+  const Fp8MqaLogitsParams& params = context.params;
+  CUtensorMap q_map, k_map;
+  if (!launch_detail::make_row_map<D>(&q_map, params.q, static_cast<uint64_t>(params.M) * H, kQBoxRows) ||
+      !launch_detail::make_row_map<D>(&k_map, params.kv, static_cast<uint64_t>(params.N), kKeysPerTile))
+    return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
+  const size_t smem = sizeof(SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
+  if (const char* err = launch_detail::reserve_shared_memory<H, D, Logits>(context.device_index, smem)) return err;
+
+  int2* block_units = static_cast<int2*>(context.workspace);
+  const int64_t blocks = (params.M + BlockShape<H>::kRowsPerBlock - 1) / BlockShape<H>::kRowsPerBlock;
+  const unsigned price_ctas = static_cast<unsigned>((blocks + kPriceThreads - 1) / kPriceThreads);
+  price_blocks_kernel<H><<<price_ctas, kPriceThreads, 0, context.stream>>>(params, block_units);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+
+  cudaLaunchAttribute dependent_launch[1];
+  dependent_launch[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent_launch[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(context.num_sms);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = context.stream;
+  config.attrs = dependent_launch;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, fp8_mqa_logits_sm90_kernel<H, D, Logits>, q_map, k_map, params,
+                           static_cast<const int2*>(block_units));
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// The four logits formats of one (H, D): float32 or bfloat16, full or compressed layout.
+#define AITER_SM90_INSTANTIATE_FORMATS(H, D)                                                          \
+  template const char* launch_instance<H, D, LogitsFormat<float, false>>(const LaunchContext&);         \
+  template const char* launch_instance<H, D, LogitsFormat<float, true>>(const LaunchContext&);          \
+  template const char* launch_instance<H, D, LogitsFormat<__nv_bfloat16, false>>(const LaunchContext&); \
+  template const char* launch_instance<H, D, LogitsFormat<__nv_bfloat16, true>>(const LaunchContext&);
+// Every served D of one H (capabilities.h: kServedHeadDims).
+#define AITER_SM90_INSTANTIATE_HEADS(H)  \
+  AITER_SM90_INSTANTIATE_FORMATS(H, 32)  \
+  AITER_SM90_INSTANTIATE_FORMATS(H, 64)  \
+  AITER_SM90_INSTANTIATE_FORMATS(H, 128)
+
+}  // namespace sm90
+}  // namespace aiter
+#endif  // AITER_SM90_INSTANCE_FILE
