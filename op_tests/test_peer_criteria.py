@@ -11,7 +11,10 @@
   their sizes).
 - aiter (op_tests/triton_tests/attention/test_fp8_mqa_logits.py): s_q x s_k from 1x1 to 1024x1560,
   H 32 / 64, D 64 / 128, cp on / off, clean on / off, through aiter's module path and argument order;
-  the -inf mask equal to the reference's and calc_diff < 1e-3 against the reference on bf16 inputs.
+  the -inf mask equal to the reference's and calc_diff < 1e-3 against the reference on bf16 inputs
+  (and, as the contract adds, < 5e-6 against the dequantized reference). Where the exact result on
+  the fp8 inputs itself misses the bf16 bar, the case is an expected failure that still holds us to
+  the exact result (check_against_references says why).
 
 A GPU whose kernel does not serve a case's H, D or option skips it, saying which (the counts of a run
 are in the closing note of the issue that asked for them).
@@ -95,6 +98,17 @@ def check_against_references(logits, ref_bf16, ref_dequant, dequant_bar):
         return
     got = logits.double().masked_fill(ref_mask, 0)
     diff = calc_diff(got, ref_bf16.masked_fill(ref_mask, 0))
+    if diff >= 1e-3 and ref_dequant is not None:
+        # Where the exact result on the fp8 inputs is itself 1e-3 or more from the bf16-input
+        # reference (a few logits, all quantisation error: aiter's 1 x 16 case with torch 2.11's
+        # inputs), no fp8 kernel can meet that bar: the case then holds us to the exact result and
+        # is reported as an expected failure with both numbers.
+        floor = calc_diff(ref_dequant.masked_fill(ref_mask, 0), ref_bf16.masked_fill(ref_mask, 0))
+        if floor >= 1e-3:
+            exact = calc_diff(got, ref_dequant.masked_fill(ref_mask, 0))
+            assert exact < dequant_bar, f"calc_diff against the dequantized reference {exact:.3e}"
+            pytest.xfail(f"the bf16-input bar is out of reach on these fp8 inputs: the exact fp8 result is "
+                         f"{floor:.3e} from it (ours {diff:.3e}; ours vs the exact fp8 result {exact:.1e})")
     assert diff < 1e-3, f"calc_diff against the bf16-input reference {diff:.3e}"
     if ref_dequant is not None:
         diff = calc_diff(got, ref_dequant.masked_fill(ref_mask, 0))
@@ -163,4 +177,5 @@ def test_aiter_prefill_criteria(device, s_q, s_k, H, D, cp, clean):
     assert logits.shape == (s_q, s_k)
     if not clean:  # the peer's check: the window's values, -inf elsewhere
         logits = logits.masked_fill(~raw_window_mask(ks, ke, s_k), float("-inf"))
-    check_against_references(logits, bf16_reference(q, kv, weights, ks, ke), None, None)
+    ref_dequant = reference_logits(q_fp8, kv_fp8, scales.reshape(-1), weights, ks, ke, clean_logits=True)
+    check_against_references(logits, bf16_reference(q, kv, weights, ks, ke), ref_dequant, 5e-6)
