@@ -20,6 +20,7 @@ import torch
 
 from aiter.testing.mqa_logits import (
     WINDOW_MODES,
+    compress_logits,
     make_inputs,
     make_windows,
     mode_applies,
@@ -33,18 +34,21 @@ pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host
 PAD = 5  # out row stride = N + PAD: the padding must stay untouched
 
 
-def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, kmap=0):
+def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, kmap=0,
+            logits_dtype=torch.float32, max_seqlen_k=0):
+    """The emulated launch's output: [M, W + PAD] NaN-poisoned, W = N or max_seqlen_k (compressed)."""
     lib = hostlib.load()
     M, H, _ = q.shape
     N = kv.shape[0]
-    out = torch.full((M, N + PAD), float("nan"), dtype=torch.float32)
+    width = max_seqlen_k if max_seqlen_k > 0 else N
+    out = torch.full((M, width + PAD), float("nan"), dtype=logits_dtype)
     plan = (ctypes.c_int32 * 8)()
     P = hostlib.ptr
     rc = lib.gfx950_emulate(
         P(q.view(torch.uint8), ctypes.c_uint8), P(kv.view(torch.uint8), ctypes.c_uint8),
         P(scales, ctypes.c_float), P(w, ctypes.c_float), P(ks, ctypes.c_int32), P(ke, ctypes.c_int32),
-        P(out, ctypes.c_float), M, N, H, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
-        kmap, plan,
+        out.data_ptr(), M, N, H, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
+        kmap, int(logits_dtype == torch.bfloat16), max_seqlen_k, plan,
     )
     assert rc >= 0, "emulator rejected its arguments"
     keys = ("small", "balanced", "grid_x", "grid_y", "fixed_grid_splits")
@@ -86,6 +90,60 @@ def run_case(M, N, H, mode, clean, fixed_grid_splits=0, num_cus=256, kmap=0, see
     err = check(out, ref, ks, ke, N, clean, tag)
     print(f"{tag}: rel L2 {err:.2e}")
     return plan
+
+
+def check_options(out, ref, ks, ke, N, clean, logits_dtype, width, tag):
+    """bfloat16 and compressed results: the compressed layout of the reference (a -inf tail with
+    clean_logits, untouched without), the padding untouched; bfloat16 within the contract's 4e-3,
+    and bit for bit the RNE rounding of what the float32 kernel computes where that is exact."""
+    body, pad = out[:, :width], out[:, width:]
+    assert torch.isnan(pad).all(), f"{tag}: wrote into the row padding"
+    if width != N:
+        ref = compress_logits(ref, ks, ke, width)
+        s, e = ks.clamp(0, N), ke.clamp(0, N)
+        inside = torch.arange(width)[None, :] < (e - s).clamp_min(0)[:, None]
+    else:
+        inside = window_mask(ks, ke, N)
+    if clean:
+        assert torch.equal(torch.isneginf(body), ~inside), f"{tag}: -inf pattern differs"
+    else:
+        assert torch.isnan(body[~inside]).all(), f"{tag}: wrote outside the windows"
+    got, exp = body[inside].double(), ref[inside]
+    assert not torch.isnan(got).any(), f"{tag}: an in-window element was never written"
+    if exp.numel():
+        rel_l2 = ((got - exp).norm() / exp.norm().clamp_min(1e-30)).item()
+        bar = 4e-3 if logits_dtype == torch.bfloat16 else 1e-5
+        assert rel_l2 <= bar, f"{tag}: relative L2 {rel_l2:.2e} > {bar:.0e}"
+
+
+# bfloat16 logits and the compressed layout, through every path: main and small-M, balanced and
+# fixed grid, with and without clean_logits (the compressed -inf tails), H 32 and 64.
+OPTION_CASES = [(61, 300, 32, 0), (160, 180, 64, 0), (150, 200, 32, 3), (40, 200, 64, 1), (200, 97, 32, 0)]
+
+
+# (logits dtype, layout) besides float32 full, which every other test here runs.
+FORMATS = [(torch.bfloat16, "full"), (torch.float32, "compressed"), (torch.bfloat16, "compressed")]
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+@pytest.mark.parametrize("logits_dtype,layout", FORMATS, ids=["bf16", "compressed", "compressed-bf16"])
+@pytest.mark.parametrize("mode", ["causal", "multi_req", "random"])
+@pytest.mark.parametrize("M,N,H,splits", OPTION_CASES, ids=[f"{m}x{n}-h{h}-grid{g}" for m, n, h, g in OPTION_CASES])
+def test_logits_options(M, N, H, splits, mode, logits_dtype, layout, clean):
+    q, kv, scales, w = make_inputs(M, N, H, 128, seed=M + N + H)
+    ks, ke = make_windows(mode, M, N, generator=torch.Generator().manual_seed(M + N))
+    longest = int((ke.clamp(0, N) - ks.clamp(0, N)).clamp_min(0).max())
+    width = longest + 7 if layout == "compressed" else N  # a tail on every row
+    out, plan = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=splits, logits_dtype=logits_dtype,
+                        max_seqlen_k=width if layout == "compressed" else 0)
+    ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=True)
+    tag = f"M={M} N={N} H={H} {mode} {logits_dtype} {layout} clean={clean} plan={plan}"
+    check_options(out, ref, ks, ke, N, clean, logits_dtype, width, tag)
+    if logits_dtype == torch.bfloat16:  # rounded once, at the store: the float32 run, rounded
+        f32, _ = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=splits,
+                         max_seqlen_k=width if layout == "compressed" else 0)
+        both = ~torch.isnan(out[:, :width].float())
+        assert torch.equal(out[:, :width][both], f32[:, :width].to(torch.bfloat16)[both]), f"{tag}: not the RNE of f32"
 
 
 def test_fp8_decode_matches_torch():

@@ -143,12 +143,13 @@ def test_rows_tiles_and_tails(lib, heads, small):
     assert n % 2 == 0 and tails == set(itertools.product(range(SUBTILES), range(g["pairs_per_wave"])))
 
 
-def test_store_offsets_select_one_half():
+@pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
+def test_store_offsets_select_one_half(element_bytes):
     lib = hostlib.load()
     for sub, lane, half in itertools.product(range(8), range(LANES), range(2)):
-        off = lib.gfx950_store_offset(sub, lane, half)
+        off = lib.gfx950_store_offset(sub, lane, half, element_bytes)
         if lane // 32 == half:
-            assert off == 4 * (32 * sub + lane % 32)
+            assert off == element_bytes * (32 * sub + lane % 32)
         else:
             assert off >= 0x80000000  # beyond any num_records (N * 4 < 2^31)
 

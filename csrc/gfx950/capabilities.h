@@ -13,11 +13,11 @@ constexpr const char kArchPrefix[] = "gfx950";
 // A fixed grid (blocks, split_n) beside the balanced plan: a caller's split_n (aiter's SplitN) picks it.
 constexpr bool kHasFixedGrid = true;
 
-// Logits options (docs/operator.md): bfloat16 logits and the compressed [M, max_seqlen_k] layout are
-// not served by this kernel yet; the binding refuses them before allocating.
-constexpr bool kServesBf16Logits = false;
-constexpr bool kServesCompressedLogits = false;
-constexpr bool kServesCompressedCleanLogits = false;
+// Logits options (docs/operator.md): float32 or bfloat16 logits, the full or the compressed
+// [M, max_seqlen_k] layout, with or without clean_logits.
+constexpr bool kServesBf16Logits = true;
+constexpr bool kServesCompressedLogits = true;
+constexpr bool kServesCompressedCleanLogits = true;
 
 constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);

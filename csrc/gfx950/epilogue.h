@@ -6,9 +6,10 @@
 //
 // Layouts touched: the 32x32 accumulator C (lane l, element v = head c_row(l, v) of the tile, key
 // l % 32 of the sub-tile, layout.h); the per-row even/odd chains; after the swap, lanes 0-31 hold
-// row A of a pair and lanes 32-63 row B; out [M, N] fp32 rows through per-row buffer resources
-// (num_records = (N - k0) * 4, 0 for a missing row: the hardware drops what is out of range); the
-// block's segment_rows table in LDS for the masked stages' window test.
+// row A of a pair and lanes 32-63 row B; out rows (Element: float or bfloat16; full [M, N] or
+// compressed [M, out_columns]) through per-row buffer resources (num_records = (key_limit - k0) x
+// element bytes, 0 for a missing row: the hardware drops what is out of range); the block's
+// segment_rows table in LDS for the masked stages' window test.
 // Why this shape: the sum over heads is split into an even and an odd chain of a fixed order so
 // that the scalar VALU epilogue co-issues under the other wave's MFMAs; row pairs are reduced two
 // tails at a time by inline asm that also keeps the 2 wait states a VALU write needs before
@@ -63,9 +64,12 @@ __device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, f
       : "v"(axo), "v"(bxo), "v"(ayo), "v"(byo), "v"(sx));
 }
 
-template <int H, bool SMALL>
+// Element: float or __bf16 (the logits dtype). kCompressed: the compressed layout, whose rows each
+// have their own key limit (s_m + out_columns); the full layout's rows share N.
+template <int H, bool SMALL, typename Element, bool kCompressed>
 struct Epilogue {
   using V = Variant<H, SMALL>;
+  static constexpr int kElementBytes = sizeof(Element);
   static constexpr int kRowsPerWave = V::kRowsPerWave;
   using Chains = float[kSubTiles][kRowsPerWave][2];  // [sub-tile][row of the wave][even/odd]
   const Workgroup<H, SMALL> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
@@ -76,7 +80,7 @@ struct Epilogue {
     StoreLanes lanes;
     const int sub0 = wave_subtile(V::geometry(), wg.wave, 0);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) lanes.offset[h] = store_offset(sub0, wg.lane, h);
+    for (int h = 0; h < 2; ++h) lanes.offset[h] = store_offset(sub0, wg.lane, h, kElementBytes);
     return lanes;
   }
 
@@ -153,14 +157,19 @@ struct Epilogue {
       offset_a = keep ? offset_a : kOutOfRange;
       offset_b = keep ? offset_b : kOutOfRange;
     }
-    const uint32_t bytes = uint32_t(args.N - stage_key) * 4u;
-    const v4i rsrc_a = make_rsrc(rows.out_row[2 * p] + uint64_t(stage_key) * 4u,
-                                 live && rows.valid[2 * p] ? bytes : 0u);
-    const v4i rsrc_b = make_rsrc(rows.out_row[2 * p + 1] + uint64_t(stage_key) * 4u,
-                                 live && rows.valid[2 * p + 1] ? bytes : 0u);
-    // Sub-tile j is 32 keys (128 B) further: an instruction offset, which the range check includes.
-    buffer_store_f32(v, rsrc_a, offset_a + j * kTileCols * 4, 0, 0);
-    buffer_store_f32(v, rsrc_b, offset_b + j * kTileCols * 4, 0, 0);
+    // Keys at or past a row's key limit are out of range (compressed: a stage may start past it,
+    // 0 records); the full layout's limit is N for both rows, and a stage starts below it.
+    const uint32_t bytes_a = kCompressed ? uint32_t(max(rows.key_limit[2 * p] - stage_key, 0)) * kElementBytes
+                                         : uint32_t(args.N - stage_key) * kElementBytes;
+    const uint32_t bytes_b = kCompressed ? uint32_t(max(rows.key_limit[2 * p + 1] - stage_key, 0)) * kElementBytes
+                                         : bytes_a;
+    const v4i rsrc_a = make_rsrc(rows.out_row[2 * p] + uint64_t(stage_key) * kElementBytes,
+                                 live && rows.valid[2 * p] ? bytes_a : 0u);
+    const v4i rsrc_b = make_rsrc(rows.out_row[2 * p + 1] + uint64_t(stage_key) * kElementBytes,
+                                 live && rows.valid[2 * p + 1] ? bytes_b : 0u);
+    // Sub-tile j is 32 keys further: an instruction offset, which the range check includes.
+    buffer_store_logit<Element>(v, rsrc_a, offset_a + j * kTileCols * kElementBytes);
+    buffer_store_logit<Element>(v, rsrc_b, offset_b + j * kTileCols * kElementBytes);
   }
 };
 

@@ -1,5 +1,6 @@
-// fp8_mqa_logits for AMD gfx950 (MI355X, CDNA4): H in {32, 64}, D = 128. The kernel composition
-// (rows, MFMA stage loop, segments, workgroup entry) and the host launcher.
+// fp8_mqa_logits for AMD gfx950 (MI355X, CDNA4): H in {32, 64}, D = 128, float32 or bfloat16
+// logits, full or compressed layout. The kernel composition (rows, MFMA stage loop, segments,
+// workgroup entry) and the host launcher.
 //
 //   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]      for n in [s_m, e_m)
 //                  -inf                                                      elsewhere, if clean
@@ -13,7 +14,9 @@
 //   kv_scale [N]          fp32
 //   w        [M, H]       fp32, row stride weights_stride
 //   ks, ke   [M]          int32 raw bounds
-//   out      [M, N]       fp32, row stride out_stride
+//   out      [M, N]       fp32 or bf16 (the kernel's Element), row stride out_stride; or the
+//                         compressed [M, out_columns]: key n of row m at column n - s_m, and with
+//                         clean_logits -inf in columns [e_m - s_m, out_columns)
 //
 // The backend, one job per file:
 //   tunables.h     the tuning constants, each with its reason
@@ -58,7 +61,7 @@
 namespace aiter {
 namespace gfx950 {
 
-template <int H, bool SMALL>
+template <int H, bool SMALL, typename Element, bool kCompressed>
 struct Fp8MqaLogitsGfx950 {
   using V = Variant<H, SMALL>;
   using Lds = LdsLayout<H, SMALL>;
@@ -71,7 +74,7 @@ struct Fp8MqaLogitsGfx950 {
 
   const Workgroup<H, SMALL> wg;
   const KeyPipeline<H, SMALL> pipeline;
-  const Epilogue<H, SMALL> epilogue;
+  const Epilogue<H, SMALL, Element, kCompressed> epilogue;
 
   __device__ Fp8MqaLogitsGfx950(const KernelArgs& args, uint8_t* lds_base)
       : wg(args, lds_base), pipeline(wg), epilogue(wg) {}
@@ -89,7 +92,12 @@ struct Fp8MqaLogitsGfx950 {
       info[r] = make_int4(uniform(v.x), uniform(v.y), uniform(v.z), 0);
       rows.valid[r] = info[r].x >= 0;
       const int row = rows.valid[r] ? info[r].x : 0;
-      rows.out_row[r] = uint64_t(args.out) + uint64_t(row) * uint64_t(args.out_stride) * 4u;
+      // The compressed layout counts columns from the window's first key s_m (info.y): the row's
+      // key 0 sits s_m columns before the row (never stored: only keys >= s_m are).
+      const int column_shift = kCompressed ? info[r].y : 0;
+      rows.out_row[r] = uint64_t(args.out) +
+                        (uint64_t(row) * uint64_t(args.out_stride) - uint64_t(column_shift)) * sizeof(Element);
+      rows.key_limit[r] = kCompressed ? info[r].y + args.out_columns : args.N;
     }
 #pragma unroll
     for (int p = 0; p < kPairsPerWave; ++p)
@@ -288,7 +296,7 @@ struct Fp8MqaLogitsGfx950 {
         sync_threads();
     } else {
       if (parts.fill_begin < parts.fill_end)
-        fill_neg_inf(wg, block, int(parts.fill_begin), int(parts.fill_end));
+        fill_neg_inf<H, SMALL, Element>(wg, block, int(parts.fill_begin), int(parts.fill_end));
       sync_threads();
     }
   }
@@ -309,6 +317,8 @@ struct Fp8MqaLogitsGfx950 {
 
   __device__ void run() const {
     const KernelArgs& args = wg.args;
+    // First, before anything of the compute is live: the tails are plain stores (fill.h).
+    if (kCompressed && args.compressed_tails) fill_compressed_tails<H, SMALL, Element>(wg);
     const RingLanes ring_lanes = pipeline.lanes();
     const StoreLanes store_lanes = epilogue.lanes();
     const int blocks = (args.M + V::kGeometry.block_rows - 1) / V::kGeometry.block_rows;
@@ -331,25 +341,39 @@ struct Fp8MqaLogitsGfx950 {
   }
 };
 
-template <int H, bool SMALL>
+template <int H, bool SMALL, typename Element, bool kCompressed>
 __device__ __forceinline__ void fp8_mqa_logits_gfx950_body(const KernelArgs& args) {
   __shared__ __attribute__((aligned(1024))) uint8_t lds[LdsLayout<H, SMALL>::bytes];
-  Fp8MqaLogitsGfx950<H, SMALL>(args, lds).run();
+  Fp8MqaLogitsGfx950<H, SMALL, Element, kCompressed>(args, lds).run();
 }
 
 }  // namespace gfx950
 }  // namespace aiter
 
-// One kernel per (heads, path); plain names so the ISA checker and profilers can find them.
-#define GFX950_KERNEL(NAME, H, SMALL)                                                   \
+// One kernel per (heads, path, logits element, layout); plain names so the ISA checker and
+// profilers can find them. The layout is a template parameter so that the full layout's stage loop
+// keeps one shared range limit per row pair (the compressed one needs a limit per row).
+#define GFX950_KERNEL(NAME, H, SMALL, ELEMENT, COMPRESSED)                              \
   extern "C" __global__ __launch_bounds__(aiter::gfx950::kThreads) void NAME(          \
       aiter::gfx950::KernelArgs args) {                                                 \
-    aiter::gfx950::fp8_mqa_logits_gfx950_body<H, SMALL>(args);                          \
+    aiter::gfx950::fp8_mqa_logits_gfx950_body<H, SMALL, ELEMENT, COMPRESSED>(args);     \
   }
-GFX950_KERNEL(fp8_mqa_logits_gfx950_h32, 32, false)
-GFX950_KERNEL(fp8_mqa_logits_gfx950_h64, 64, false)
-GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_small, 32, true)
-GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small, 64, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32, 32, false, float, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64, 64, false, float, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_small, 32, true, float, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small, 64, true, float, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_bf16, 32, false, __bf16, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_bf16, 64, false, __bf16, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_small_bf16, 32, true, __bf16, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small_bf16, 64, true, __bf16, false)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_compressed, 32, false, float, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_compressed, 64, false, float, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_small_compressed, 32, true, float, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small_compressed, 64, true, float, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_bf16_compressed, 32, false, __bf16, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_bf16_compressed, 64, false, __bf16, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h32_small_bf16_compressed, 32, true, __bf16, true)
+GFX950_KERNEL(fp8_mqa_logits_gfx950_h64_small_bf16_compressed, 64, true, __bf16, true)
 #undef GFX950_KERNEL
 
 // ------------------------------------------------------------------------------------------------
@@ -385,11 +409,9 @@ const char* check_device(int device_index) {
 
 const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int device_index, void* stream) {
   if (!serves(p.H, p.D)) return "fp8_mqa_logits (gfx950): this H and D are not served (capabilities.h)";
-  if (!is_full_float32(p))
-    return "fp8_mqa_logits (gfx950): only float32 logits in the full [M, N] layout are served (capabilities.h)";
   if (p.M <= 0 || p.N <= 0) return nullptr;
-  if (p.N > kMaxKeys)
-    return "fp8_mqa_logits (gfx950): N must be below 2^25 keys (32-bit buffer offsets)";
+  if (p.N > kMaxKeys || p.out_columns > kMaxKeys)
+    return "fp8_mqa_logits (gfx950): N and max_seqlen_k must be below 2^25 (32-bit buffer offsets)";
   if (p.M > INT32_MAX / 2)
     return "fp8_mqa_logits (gfx950): M must be below 2^30 rows";
   if ((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.kv)) % 16 != 0)
@@ -398,7 +420,9 @@ const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int devic
   if (hipDeviceGetAttribute(&num_cus, hipDeviceAttributeMultiprocessorCount, device_index) != hipSuccess ||
       num_cus <= 0)
     return "fp8_mqa_logits (gfx950): cannot query the number of CUs";
-  const LaunchPlan plan = plan_launch(p.M, p.N, p.H, fixed_grid_splits, num_cus, p.clean_logits);
+  // The plan's -inf fill units are the full layout's; the compressed layout's tails are not on it.
+  const bool clean_in_plan = p.clean_logits && !p.compressed;
+  const LaunchPlan plan = plan_launch(p.M, p.N, p.H, fixed_grid_splits, num_cus, clean_in_plan);
   KernelArgs args;
   args.q = p.q;
   args.kv = p.kv;
@@ -406,19 +430,28 @@ const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int devic
   args.weights = p.weights;
   args.ks = p.ks;
   args.ke = p.ke;
-  args.out = static_cast<float*>(p.out);  // float32, full layout (checked above)
+  args.out = p.out;
   args.weights_stride = p.weights_stride;
   args.out_stride = p.out_stride;
   args.M = int32_t(p.M);
   args.N = int32_t(p.N);
-  args.clean = p.clean_logits ? 1 : 0;
+  args.clean = clean_in_plan ? 1 : 0;
+  args.out_columns = int32_t(p.out_columns);
+  args.compressed_tails = p.compressed && p.clean_logits ? 1 : 0;
   args.fixed_grid_splits = plan.balanced ? 0 : plan.fixed_grid_splits;
   args.num_workgroups = plan.grid_x;
   args.reverse_blocks = plan.reverse_blocks ? 1 : 0;
+  args.grid_x = plan.grid_x;
+  args.grid_y = plan.grid_y;
   static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 2, "the dispatch below covers every served H");
-  void (*kernel)(KernelArgs) =
-      p.H == 32 ? (plan.small ? fp8_mqa_logits_gfx950_h32_small : fp8_mqa_logits_gfx950_h32)
-                : (plan.small ? fp8_mqa_logits_gfx950_h64_small : fp8_mqa_logits_gfx950_h64);
+  using Kernel = void (*)(KernelArgs);
+  // [compressed][bf16][small][H == 64]
+  static constexpr Kernel kKernels[2][2][2][2] = {
+      {{{fp8_mqa_logits_gfx950_h32, fp8_mqa_logits_gfx950_h64}, {fp8_mqa_logits_gfx950_h32_small, fp8_mqa_logits_gfx950_h64_small}},
+       {{fp8_mqa_logits_gfx950_h32_bf16, fp8_mqa_logits_gfx950_h64_bf16}, {fp8_mqa_logits_gfx950_h32_small_bf16, fp8_mqa_logits_gfx950_h64_small_bf16}}},
+      {{{fp8_mqa_logits_gfx950_h32_compressed, fp8_mqa_logits_gfx950_h64_compressed}, {fp8_mqa_logits_gfx950_h32_small_compressed, fp8_mqa_logits_gfx950_h64_small_compressed}},
+       {{fp8_mqa_logits_gfx950_h32_bf16_compressed, fp8_mqa_logits_gfx950_h64_bf16_compressed}, {fp8_mqa_logits_gfx950_h32_small_bf16_compressed, fp8_mqa_logits_gfx950_h64_small_bf16_compressed}}}};
+  const Kernel kernel = kKernels[p.compressed][p.logits_dtype == LogitsDtype::kBFloat16][plan.small][p.H == 64];
   hipLaunchKernelGGL(kernel, dim3(plan.grid_x, plan.grid_y), dim3(kThreads), 0,
                      static_cast<hipStream_t>(stream), args);
   const hipError_t err = hipGetLastError();

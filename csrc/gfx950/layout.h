@@ -97,14 +97,15 @@ GFX950_FN int scale_read_offset(Geometry geometry, int wave, int j, int lane) {
 
 // ------------------------------------------------------------------------------------------------
 // Output stores. After the permlane32 swap, lanes 0-31 hold row A of a pair and lanes 32-63 row B,
-// each for key (sub-tile base + lane % 32). Each row is stored by its own buffer_store_dword with a
-// per-row resource (base = row start + k0, num_records = (N - k0) * 4 bytes, 0 for a missing row),
-// so the hardware drops keys >= N and missing rows; the other half-wave gets an out-of-range
-// offset. Masked stages also push out-of-window lanes out of range (clean_logits=False) or store
-// -inf there (True).
+// each for key (sub-tile base + lane % 32). Each row is stored by its own buffer store (a dword, or
+// a short for bfloat16 logits) with a per-row resource (base = the row's key k0, num_records =
+// (key_limit - k0) * element bytes, 0 for a missing row; key_limit = N, or s_m + out_columns in the
+// compressed layout), so the hardware drops keys past the limit and missing rows; the other
+// half-wave gets an out-of-range offset. Masked stages also push out-of-window lanes out of range
+// (clean_logits=False, or the compressed layout) or store -inf there (full layout, True).
 // ------------------------------------------------------------------------------------------------
-GFX950_FN uint32_t store_offset(int sub, int lane, int half) {
-  return uint32_t(kTileCols * sub + lane % 32) * 4u | (lane / 32 == half ? 0u : kOutOfRange);
+GFX950_FN uint32_t store_offset(int sub, int lane, int half, int element_bytes) {
+  return uint32_t(kTileCols * sub + lane % 32) * uint32_t(element_bytes) | (lane / 32 == half ? 0u : kOutOfRange);
 }
 // Raw-buffer range check as the kernel relies on it (offset = voffset + instruction offset).
 GFX950_FN bool buffer_in_range(uint64_t offset, uint64_t bytes, uint64_t num_records) {

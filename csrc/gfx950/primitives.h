@@ -27,6 +27,19 @@ typedef float v16f __attribute__((ext_vector_type(16)));
 // it; declared in the host pass too, which parses (but never emits) the device code.
 __device__ void buffer_store_f32(float v, v4i rsrc, uint32_t voffset, int soffset,
                                  int aux) __asm("llvm.amdgcn.raw.buffer.store.f32");
+// The same for 16 bits (buffer_store_short): bfloat16 logits.
+__device__ void buffer_store_b16(short v, v4i rsrc, uint32_t voffset, int soffset,
+                                 int aux) __asm("llvm.amdgcn.raw.buffer.store.i16");
+
+// One logit as the output's element: float as is, bfloat16 rounded to nearest even (one
+// v_cvt_pk_bf16_f32 on gfx950; -inf stays -inf).
+template <typename Element>
+__device__ __forceinline__ void buffer_store_logit(float v, v4i rsrc, uint32_t voffset) {
+  if constexpr (sizeof(Element) == 4)
+    buffer_store_f32(v, rsrc, voffset, 0, 0);
+  else
+    buffer_store_b16(__builtin_bit_cast(short, static_cast<__bf16>(v)), rsrc, voffset, 0, 0);
+}
 
 __device__ __forceinline__ int lane_id() {
   return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));

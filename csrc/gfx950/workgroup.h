@@ -5,8 +5,9 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
 //
 // Layouts touched: the tensors of KernelArgs (row-major: q [M, H, 128] and kv [N, 128] fp8 bytes,
-// kv_scales [N], weights [M, H] with row stride weights_stride, out [M, N] with row stride
-// out_stride, ks / ke [M] int32 raw bounds); the workgroup's LDS (LdsLayout, layout.h).
+// kv_scales [N], weights [M, H] with row stride weights_stride, out [M, N] float32 or bfloat16 (the
+// kernel's Element) with row stride out_stride, or the compressed [M, out_columns] (key n of row m
+// at column n - s_m), ks / ke [M] int32 raw bounds); the workgroup's LDS (LdsLayout, layout.h).
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>
@@ -25,17 +26,22 @@ struct KernelArgs {
   const float* weights;
   const int32_t* ks;
   const int32_t* ke;
-  float* out;
+  void* out;  // float or bf16: the kernel's Element
   int64_t weights_stride;
   int64_t out_stride;
   int32_t M;
   int32_t N;
+  // -inf outside the windows in the full layout: masked stages store it and the plan has fill
+  // units. 0 in the compressed layout, whose -inf is its row tails (compressed_tails).
   int32_t clean;
+  int32_t out_columns;       // the compressed layout's columns (the kernel's kCompressed); N in the full one
+  int32_t compressed_tails;  // compressed with clean_logits: columns [e_m - s_m, out_columns) are -inf
   // 0: the balanced plan over num_workgroups workgroups; > 0: the fixed grid (blocks,
   // fixed_grid_splits), each block's units cut into this many contiguous shares.
   int32_t fixed_grid_splits;
   int32_t num_workgroups;
   int32_t reverse_blocks;  // fixed grid: workgroup x takes block (blocks - 1 - x)
+  int32_t grid_x, grid_y;  // the launch's grid (the compressed tails walk rows over all of it)
 };
 
 // One workgroup of a kernel variant: its arguments, its LDS and who this thread is.
@@ -70,7 +76,8 @@ struct WaveRows {
   static constexpr int kPairsPerWave = Variant<H, SMALL>::kPairsPerWave;
   v8i q_frag[kTilesPerWave][kSteps];  // A fragments
   v4f weights[kTilesPerWave][4];      // w of the 16 heads each lane's accumulator elements hold
-  uint64_t out_row[kRowsPerWave];     // byte address of the row in out (uniform)
+  uint64_t out_row[kRowsPerWave];     // byte address of the row's key 0 in out (uniform; compressed: s_m columns before the row)
+  int key_limit[kRowsPerWave];        // keys stored below this: N, or s_m + out_columns (compressed)
   int valid[kRowsPerWave];
   uint32_t window_addr[kPairsPerWave];  // LDS address of the (s, e) of the pair row this lane stores
 };

@@ -38,6 +38,18 @@ KERNELS = (
     "fp8_mqa_logits_gfx950_h64",
     "fp8_mqa_logits_gfx950_h32_small",
     "fp8_mqa_logits_gfx950_h64_small",
+    "fp8_mqa_logits_gfx950_h32_bf16",
+    "fp8_mqa_logits_gfx950_h64_bf16",
+    "fp8_mqa_logits_gfx950_h32_small_bf16",
+    "fp8_mqa_logits_gfx950_h64_small_bf16",
+    "fp8_mqa_logits_gfx950_h32_compressed",
+    "fp8_mqa_logits_gfx950_h64_compressed",
+    "fp8_mqa_logits_gfx950_h32_small_compressed",
+    "fp8_mqa_logits_gfx950_h64_small_compressed",
+    "fp8_mqa_logits_gfx950_h32_bf16_compressed",
+    "fp8_mqa_logits_gfx950_h64_bf16_compressed",
+    "fp8_mqa_logits_gfx950_h32_small_bf16_compressed",
+    "fp8_mqa_logits_gfx950_h64_small_bf16_compressed",
 )
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
 PERMLANE = "v_permlane32_swap_b32"

@@ -11,8 +11,8 @@
 // tables, the LDS ring filled by LDS DMAs (swizzled K, per-wave kv_scale areas, buffer range
 // checks), ds_read_b128 B fragments, MFMA 32x32x64 on 64-lane fragments in the CDNA4 A/B/C register
 // layouts, the even/odd epilogue chains, the software pipeline with its deferred epilogue and
-// tails, the permlane32 row-pair reduction, per-row buffer stores with out-of-range dropping, and
-// the -inf fill stores.
+// tails, the permlane32 row-pair reduction, per-row buffer stores with out-of-range dropping (float
+// or bfloat16 elements, full or compressed rows), the -inf fill stores and the compressed tails.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
 #include <algorithm>
@@ -51,8 +51,19 @@ struct Rsrc {
   uint32_t num_records;
 };
 
+// bfloat16 bits of a float, rounded to nearest even (what v_cvt_pk_bf16_f32 does; no NaN here).
+uint16_t bf16_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 struct Emulator {
   Fp8MqaLogitsParams args;  // the launcher's argument block
+  // The kernel's args.clean: -inf in masked stages and fill units, the full layout's only (the
+  // launcher passes clean_logits && !compressed; the compressed layout's -inf is its tails).
+  bool clean_in_plan;
+  int element_bytes;
   Geometry geometry;
   LaunchPlan launch;
   int kmap;
@@ -67,7 +78,9 @@ struct Emulator {
 
   Emulator(const Fp8MqaLogitsParams& params, int fixed_grid_splits, int num_cus, int kmap_variant)
       : args(params), kmap(kmap_variant) {
-    launch = plan_launch(args.M, args.N, args.H, fixed_grid_splits, num_cus, args.clean_logits);
+    clean_in_plan = args.clean_logits && !args.compressed;
+    element_bytes = args.logits_dtype == aiter::LogitsDtype::kBFloat16 ? 2 : 4;
+    launch = plan_launch(args.M, args.N, args.H, fixed_grid_splits, num_cus, clean_in_plan);
     geometry = geometry_of(args.H, launch.small);
     blocks = int((args.M + geometry.block_rows - 1) / geometry.block_rows);
     ring.assign(size_t(geometry.slots) * geometry.slot_bytes, 0);
@@ -101,7 +114,7 @@ struct Emulator {
     }
     exclusive_scan(chunk_nonempty_prefix, chunks);
     const int nonempty_rows = chunk_nonempty_prefix[chunks];
-    const scheduler::CostModel model = cost_model(geometry, N, args.clean_logits);
+    const scheduler::CostModel model = cost_model(geometry, N, clean_in_plan);
     block_units_prefix.assign(blocks + 1, 0);
     for (int b = 0; b < blocks; ++b) {
       const int first = b * geometry.block_rows;
@@ -132,7 +145,7 @@ struct Emulator {
                                     b * geometry.block_rows + t);
     const BlockBounds bounds = block_bounds(geometry.block_rows, int(args.N),
                                             [&](int i) { return segment_rows[i]; });
-    return block_facts(geometry, int(args.N), args.clean_logits, bounds.keys.range(),
+    return block_facts(geometry, int(args.N), clean_in_plan, bounds.keys.range(),
                        bounds.max_begin, bounds.min_end);
   }
 
@@ -170,14 +183,27 @@ struct Emulator {
     }
   }
 
+  // Kernel: buffer_store_logit (a dword, or a short of the RNE bfloat16).
   void store(float v, const Rsrc& rsrc, uint32_t offset) {
-    if (!buffer_in_range(offset, 4, rsrc.num_records)) return;
-    static_cast<float*>(args.out)[(rsrc.base + offset) / 4] = v;  // float32, full layout: what gfx950 serves
+    if (!buffer_in_range(offset, element_bytes, rsrc.num_records)) return;
+    const int64_t at = rsrc.base + offset;
+    if (element_bytes == 4) {
+      std::memcpy(static_cast<uint8_t*>(args.out) + at, &v, 4);
+    } else {
+      const uint16_t bits = bf16_bits(v);
+      std::memcpy(static_cast<uint8_t*>(args.out) + at, &bits, 2);
+    }
   }
+  // Kernel: the row resources of Epilogue::store_pair (WaveRows::out_row and key_limit). In the
+  // compressed layout the row's key 0 sits s_m columns before the row and keys stop at
+  // s_m + out_columns; in the full one at N.
   Rsrc row_rsrc(int row, int stage_key, bool live) const {
+    const int r = row < 0 ? 0 : row;
+    const int begin = args.compressed ? int(scheduler::row_window(args.ks[r], args.ke[r], args.N).begin) : 0;
+    const int key_limit = args.compressed ? begin + int(args.out_columns) : int(args.N);
     Rsrc rsrc;
-    rsrc.base = int64_t(row < 0 ? 0 : row) * args.out_stride * 4 + int64_t(stage_key) * 4;
-    rsrc.num_records = live && row >= 0 ? uint32_t(args.N - stage_key) * 4 : 0;
+    rsrc.base = (int64_t(r) * args.out_stride - begin + int64_t(stage_key)) * element_bytes;
+    rsrc.num_records = live && row >= 0 ? uint32_t(std::max(key_limit - stage_key, 0)) * element_bytes : 0;
     return rsrc;
   }
 
@@ -321,18 +347,19 @@ struct Emulator {
     const int sub0 = wave_subtile(geometry, wave.wave, 0);
     for (int lane = 0; lane < kLanes; ++lane) {
       float x = v[lane];
-      uint32_t offset_a = store_offset(sub0, lane, 0), offset_b = store_offset(sub0, lane, 1);
+      uint32_t offset_a = store_offset(sub0, lane, 0, element_bytes);
+      uint32_t offset_b = store_offset(sub0, lane, 1, element_bytes);
       if (masked) {
         const SegmentRow& w = segment_rows[wave_row_slot(geometry, wave.wave, 2 * p + (lane < 32 ? 0 : 1))];
         const int n = stage_key + wave_subtile(geometry, wave.wave, j) * kTileCols + lane % 32;
         const bool in = n >= w.begin && n < w.end;
-        const bool keep = in || args.clean_logits;
+        const bool keep = in || clean_in_plan;
         x = in ? x : -INFINITY;
         offset_a = keep ? offset_a : kOutOfRange;
         offset_b = keep ? offset_b : kOutOfRange;
       }
-      store(x, rsrc_a, offset_a + j * kTileCols * 4);
-      store(x, rsrc_b, offset_b + j * kTileCols * 4);
+      store(x, rsrc_a, offset_a + j * kTileCols * element_bytes);
+      store(x, rsrc_b, offset_b + j * kTileCols * element_bytes);
     }
   }
 
@@ -428,12 +455,14 @@ struct Emulator {
   void fill(const BlockFacts& block, int unit_begin, int unit_end) {
     for (int u = unit_begin; u < unit_end; ++u)
       for (int slot = 0; slot < geometry.block_rows; ++slot) {
-        const Rsrc rsrc = row_rsrc(segment_rows[slot].row, 0, true);
+        const int row = segment_rows[slot].row;
+        const Rsrc rsrc{int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes,
+                        row >= 0 ? uint32_t(args.N) * element_bytes : 0u};
         for (int k = 0; k < geometry.fill_cols / kThreads; ++k)
           for (int tid = 0; tid < kThreads; ++tid) {
             const int f = u * geometry.fill_cols + k * kThreads + tid;
             const uint32_t offset = f < block.fill_keys
-                                        ? uint32_t(scheduler::fill_key(block.span(), f)) * 4u
+                                        ? uint32_t(scheduler::fill_key(block.span(), f)) * element_bytes
                                         : kOutOfRange;
             store(-INFINITY, rsrc, offset);
           }
@@ -468,12 +497,27 @@ struct Emulator {
     return unit_share(setup_block(*fixed_block, false).units(), launch.fixed_grid_splits, y);
   }
 
+  // Kernel: fill_compressed_tails of workgroup (x, y) (all 512 threads).
+  void compressed_tails(int x, int y) {
+    const int workgroups = launch.grid_x * launch.grid_y, workgroup = x + y * launch.grid_x;
+    const uint32_t columns = uint32_t(args.out_columns);
+    for (int m = workgroup; m < args.M; m += workgroups) {
+      const scheduler::KeyRange window = scheduler::row_window(args.ks[m], args.ke[m], args.N);
+      const int keys = int(std::min<int64_t>(window.size(), columns));
+      const Rsrc rsrc{int64_t(m) * args.out_stride * element_bytes, columns * element_bytes};
+      for (int tid = 0; tid < kThreads; ++tid)
+        for (int column = keys + tid; column < int(columns); column += kThreads)
+          store(-INFINITY, rsrc, uint32_t(column) * element_bytes);
+    }
+  }
+
   // Kernel: run, for every workgroup of the grid. Returns the number of workgroups with work.
   int run_all() {
     if (launch.balanced) build_plan();
     int busy = 0;
     for (int y = 0; y < launch.grid_y; ++y)
       for (int x = 0; x < launch.grid_x; ++x) {
+        if (args.compressed && args.clean_logits) compressed_tails(x, y);
         int fixed_block;
         const UnitRange units = workgroup_units(x, y, &fixed_block);
         if (units.begin >= units.end) continue;
@@ -504,17 +548,21 @@ static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int 
 extern "C" {
 
 // Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
+// out: float32 or (bf16 != 0) bfloat16 bits; out_columns > 0: the compressed layout of that width.
 int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, const float* w,
-                   const int32_t* ks, const int32_t* ke, float* out, int M, int N, int H,
+                   const int32_t* ks, const int32_t* ke, void* out, int M, int N, int H,
                    long long w_stride, long long out_stride, int clean, int fixed_grid_splits,
-                   int num_cus, int kmap_variant, int* plan_out) {
-  if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys) return -1;
+                   int num_cus, int kmap_variant, int bf16, int out_columns, int* plan_out) {
+  if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys || out_columns < 0) return -1;
   Fp8MqaLogitsParams params = plan_params(ks, ke, M, N, H, clean);
+  params.logits_dtype = bf16 ? aiter::LogitsDtype::kBFloat16 : aiter::LogitsDtype::kFloat32;
+  params.compressed = out_columns > 0;
+  params.out_columns = out_columns > 0 ? out_columns : N;
   params.q = q;
   params.kv = kv;
   params.kv_scales = scales;
   params.weights = w;
-  params.out = out;  // float32, the full layout (what gfx950 serves)
+  params.out = out;
   params.weights_stride = w_stride;
   params.out_stride = out_stride;
   Emulator emu(params, fixed_grid_splits, num_cus, kmap_variant);

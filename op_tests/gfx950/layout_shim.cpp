@@ -57,7 +57,9 @@ void gfx950_dma(int heads, int small, int wave, int d, int lane, int* out) {
     out[2] = 1;
   }
 }
-unsigned gfx950_store_offset(int sub, int lane, int half) { return store_offset(sub, lane, half); }
+unsigned gfx950_store_offset(int sub, int lane, int half, int element_bytes) {
+  return store_offset(sub, lane, half, element_bytes);
+}
 int gfx950_tail(int heads, int small, int i, int* out) {
   const Geometry geometry = geometry_of(heads, small != 0);
   out[0] = tail_subtile(geometry, i);
