@@ -9,8 +9,8 @@ from aiter.bench import fp8_mqa_logits as bench
 
 
 def test_every_variant_gets_a_row_on_the_cpu():
-    args = argparse.Namespace(device="cpu", shapes="causal:64x256", quick=False, heads="4", clean="both", iters=3,
-                              variants="full,bf16,compressed,compressed-bf16", out=None)
+    args = argparse.Namespace(device="cpu", shapes="causal:64x256", quick=False, heads="4", head_dims=None,
+                              clean="both", iters=3, variants="full,bf16,compressed,compressed-bf16", out=None)
     result = bench.run(args)
     rows = result["rows"]
     assert [(r["variant"], r["clean"]) for r in rows] == [
