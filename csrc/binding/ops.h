@@ -1,0 +1,11 @@
+// What each binding file adds to module_fp8_mqa_logits; module.cpp holds the one PYBIND11_MODULE and
+// calls them, so that every op's binding stays in a file of its own.
+#pragma once
+#include <torch/extension.h>
+
+namespace aiter {
+
+// fp8_mqa_logits (prefill), cpu_simd_variant, compiled_backends: fp8_mqa_logits_binding.cpp.
+void register_fp8_mqa_logits(pybind11::module_& m);
+
+}  // namespace aiter
