@@ -4,6 +4,8 @@
 #include "binding/ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "fp8_mqa_logits: the DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K)";
+  m.doc() = "The DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K): prefill (fp8_mqa_logits) and "
+            "decode over a paged K cache (fp8_paged_mqa_logits)";
   aiter::register_fp8_mqa_logits(m);
+  aiter::register_fp8_paged_mqa_logits(m);
 }

@@ -7,5 +7,8 @@ namespace aiter {
 
 // fp8_mqa_logits (prefill), cpu_simd_variant, compiled_backends: fp8_mqa_logits_binding.cpp.
 void register_fp8_mqa_logits(pybind11::module_& m);
+// get_paged_mqa_logits_metadata, fp8_paged_mqa_logits (decode), paged_cpu_simd_variant:
+// fp8_paged_mqa_logits_binding.cpp.
+void register_fp8_paged_mqa_logits(pybind11::module_& m);
 
 }  // namespace aiter
