@@ -1,11 +1,15 @@
-"""aiter-compatible kernels for PyTorch: fp8_mqa_logits (the DeepSeek-V3.2 / GLM-5 indexer logits).
+"""aiter-compatible kernels for PyTorch: the DeepSeek-V3.2 / GLM-5 indexer logits, prefill
+(fp8_mqa_logits) and decode over a paged K cache (fp8_paged_mqa_logits).
 
-Importing registers torch.ops.aiter.fp8_mqa_logits / fp8_mqa_logits_out; the native module is
-compiled (or loaded from the cache) on the first call, never here.
+Importing registers torch.ops.aiter.fp8_mqa_logits / fp8_mqa_logits_out /
+get_paged_mqa_logits_metadata / fp8_paged_mqa_logits; the native module is compiled (or loaded from
+the cache) on the first call, never here.
 """
 
 from .ops.fp8_mqa_logits import fp8_fp4_mqa_logits, fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
+from .ops.fp8_paged_mqa_logits import fp8_fp4_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 
 __version__ = "0.1.0"
 
-__all__ = ["fp8_fp4_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported", "__version__"]
+__all__ = ["fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm",
+           "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported", "__version__"]

@@ -11,7 +11,9 @@ library (op_tests/gfx950/hostlib.py), and called through ctypes. Checked:
     (exhaustive over small N);
   - price_block: overhead, compute, fill and their totals, both overloads;
   - segment_parts: consecutive unit ranges partition the tiles and the fill units in order;
-  - share_begin: P shares partition [0, total) in order, floor boundaries, sizes within one.
+  - share_begin: P shares partition [0, total) in order, floor boundaries, sizes within one;
+  - the paged op's paged_row_keys, paged_batch_keys and paged_unit (int64 and int32 prefix sums) over
+    random lengths of both forms, negative ones and batches without units included.
 A property test runs the chain on tens of thousands of random blocks.
 """
 
@@ -112,6 +114,34 @@ void ws_shares(int64_t total, int64_t parts, int64_t* out) {
   for (int64_t p = 0; p <= parts; ++p) out[p] = share_begin(total, parts, p);
 }
 
+// The paged op: keys of every row (paged_row_keys), of every batch (paged_batch_keys) of `lens`
+// ([batches] or, when per_row, [batches][next_n]) under key_limit, and paged_unit(u) for u in [0, total]
+// over the batches' unit prefix sums as int64 and as int32 (out_units: batch, block, batch32, block32).
+// Returns the total. batches <= 64.
+int64_t ws_paged(const int32_t* lens, int64_t batches, int64_t next_n, int per_row, int64_t key_limit,
+                 int64_t block_kv, int64_t* out_row_keys, int64_t* out_batch_keys, int64_t* out_units) {
+  int64_t total = 0;
+  int64_t ends[64];
+  int32_t ends32[64];
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t j = 0; j < next_n; ++j)
+      out_row_keys[b * next_n + j] =
+          paged_row_keys(lens[per_row ? b * next_n + j : b], next_n, j, per_row != 0, key_limit);
+    out_batch_keys[b] = paged_batch_keys(lens, b, next_n, per_row != 0, key_limit);
+    total += ceil_div(out_batch_keys[b], block_kv);
+    ends[b] = total;
+    ends32[b] = static_cast<int32_t>(total);
+  }
+  for (int64_t u = 0; u <= total; ++u) {
+    const PagedUnit a = paged_unit(ends, batches, u), c = paged_unit(ends32, batches, u);
+    out_units[4 * u] = a.batch;
+    out_units[4 * u + 1] = a.block;
+    out_units[4 * u + 2] = c.batch;
+    out_units[4 * u + 3] = c.block;
+  }
+  return total;
+}
+
 }  // extern "C"
 """
 
@@ -133,6 +163,8 @@ def lib() -> ctypes.CDLL:
     so.ws_fill.restype = i64
     so.ws_segment_parts.argtypes = [i64, i64, i64, ctypes.c_int, i64p, i64p]
     so.ws_shares.argtypes = [i64, i64, i64p]
+    so.ws_paged.argtypes = [ctypes.POINTER(ctypes.c_int32), i64, i64, ctypes.c_int, i64, i64, i64p, i64p, i64p]
+    so.ws_paged.restype = i64
     for f in (so.ws_row_window, so.ws_block, so.ws_segment_parts, so.ws_shares):
         f.restype = None
     return so
@@ -348,3 +380,35 @@ def test_random_blocks_property():
             check_segment_parts(overhead, compute, fill, [total * p // parts for p in range(parts + 1)])
         cases += 1
     assert cases == 25000
+
+
+def test_paged_row_keys_batch_keys_and_units():
+    """Row j of a batch sees lens[b] - next_n + j + 1 keys ([B] lens) or lens[b, j] ([B, next_n]), clamped
+    to [0, key_limit]; a batch's keys are its rows' most; unit u lies in the first batch whose units
+    reach past it, at block u - (units before that batch); u = total is (B, 0)."""
+    rng = random.Random(11)
+    for _ in range(300):
+        batches, next_n = rng.randint(0, 12), rng.randint(1, 4)
+        per_row = rng.random() < 0.5
+        block_kv, key_limit = rng.randint(1, 9), rng.choice([5, 40, 1000])
+        lens = [rng.choice([rng.randint(-6, 60), 0]) for _ in range(batches * (next_n if per_row else 1))]
+        rows_out = (i64 * max(1, batches * next_n))()
+        batch_out = (i64 * max(1, batches))()
+        units_out = (i64 * (4 * (batches * -(-key_limit // block_kv) + 1)))()
+        lens_c = (ctypes.c_int32 * max(1, len(lens)))(*lens)
+        total = lib().ws_paged(lens_c, batches, next_n, int(per_row), key_limit, block_kv, rows_out, batch_out,
+                               units_out)
+        want_rows = []
+        for b in range(batches):
+            for j in range(next_n):
+                keys = lens[b * next_n + j] if per_row else lens[b] - next_n + j + 1
+                want_rows.append(min(max(keys, 0), key_limit))
+        assert list(rows_out[: batches * next_n]) == want_rows
+        want_batch = [max(want_rows[b * next_n:(b + 1) * next_n]) for b in range(batches)]
+        assert list(batch_out[:batches]) == want_batch
+        units = [-(-k // block_kv) for k in want_batch]
+        assert total == sum(units)
+        want_units = [(b, blk) for b, n in enumerate(units) for blk in range(n)] + [(batches, 0)]
+        got = [tuple(units_out[4 * u: 4 * u + 2]) for u in range(total + 1)]
+        got32 = [tuple(units_out[4 * u + 2: 4 * u + 4]) for u in range(total + 1)]
+        assert got == want_units and got32 == want_units

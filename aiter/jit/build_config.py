@@ -20,8 +20,15 @@ def csrc_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "csrc"
 
 
-# Sources every build compiles: the ATen binding and the portable CPU path.
-COMMON_SOURCES = ("binding/fp8_mqa_logits_binding.cpp", "cpu/fp8_mqa_logits_cpu.cpp")
+# Sources every build compiles: the Python module, each op's ATen binding and its portable CPU path
+# (prefill fp8_mqa_logits, decode fp8_paged_mqa_logits).
+COMMON_SOURCES = (
+    "binding/module.cpp",
+    "binding/fp8_mqa_logits_binding.cpp",
+    "binding/fp8_paged_mqa_logits_binding.cpp",
+    "cpu/fp8_mqa_logits_cpu.cpp",
+    "cpu/fp8_paged_mqa_logits_cpu.cpp",
+)
 # Per-target kernel sources, added when the target is present.
 # sm90: the dispatch, and the kernel instances one file per H (compiled in parallel).
 SM90_SOURCES = (

@@ -23,20 +23,16 @@
 #include <utility>
 #include <vector>
 
+#include "binding/checks.h"
+#include "binding/current_stream.h"
+#include "binding/gpu_backends.h"
+#include "binding/ops.h"
 #include "common/fp8_mqa_logits_params.h"
 #include "cpu/fp8_mqa_logits_cpu.h"
 
-#include "binding/gpu_backends.h"
-
-// The current stream's handle comes from torch's own vendor header (c10::Stream::native_handle is
-// newer than the oldest torch this package supports); nothing else in this file is vendor-specific.
-#if defined(AITER_WITH_SM90)
-#include <c10/cuda/CUDAStream.h>
-#elif defined(AITER_WITH_GFX950)
-#include <ATen/hip/HIPContext.h>
-#endif
-
 namespace {
+
+using namespace aiter::checks;
 
 #define AITER_OP "fp8_mqa_logits: "
 
@@ -46,63 +42,11 @@ constexpr int64_t kMaxDeviceRows = (int64_t(1) << 31) - 1024;
 // TMA (sm90) and the 16-byte global->LDS loads (gfx950) need 16-byte aligned Q and K rows.
 constexpr int64_t kDeviceAlignment = 16;
 
-void check_defined(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.defined(), AITER_OP, name, " is an undefined tensor");
-  // Sparse and mkldnn tensors have no strided storage: say so by name before any pointer is taken.
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, AITER_OP, name, " must be a dense (strided) tensor, got layout ",
-                    t.layout());
-}
-
-void check_dtype(const at::Tensor& t, const char* name, at::ScalarType want, const char* want_text,
-                 const char* hint = "") {
-  TORCH_CHECK_TYPE(t.scalar_type() == want, AITER_OP, name, " must have dtype ", want_text, ", got ",
-                   t.scalar_type(), hint);
-}
-
-void check_fp8(const at::Tensor& t, const char* name) {
-  check_dtype(t, name, at::kFloat8_e4m3fn, "torch.float8_e4m3fn",
-              t.element_size() == 1
-                  ? " (the bytes are decoded as e4m3fn, so another one-byte dtype is not accepted)"
-                  : "");
-}
-
 void check_bounds_dtype(const at::Tensor& t, const char* name) {
-  check_dtype(t, name, at::kInt, "torch.int32",
+  check_dtype(AITER_OP, t, name, at::kInt, "torch.int32",
               t.scalar_type() == at::kLong ? " (int64 bounds are not accepted: pass .to(torch.int32))"
                                            : "");
 }
-
-void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* layout) {
-  TORCH_CHECK_VALUE(t.dim() == dim, AITER_OP, name, " must be ", dim, "-D ", layout, ", got shape ",
-                    t.sizes());
-}
-
-void check_size(const at::Tensor& t, const char* name, int64_t dim, int64_t want, const char* what) {
-  TORCH_CHECK_VALUE(t.size(dim) == want, AITER_OP, name, ".size(", dim, ") must be ", what, " = ", want,
-                    ", got shape ", t.sizes());
-}
-
-void check_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.is_contiguous(), AITER_OP, name, " must be contiguous, got shape ", t.sizes(),
-                    " with strides ", t.strides(), " (call .contiguous())");
-}
-
-void check_same_device(const at::Tensor& t, const char* name, const at::Device& device) {
-  TORCH_CHECK(t.device() == device, AITER_OP, name, " is on ", t.device(), " but q is on ", device,
-              "; all tensors must be on q's device");
-}
-
-// weights [M, H] and out [M, N]: rows may be padded, the last dim must be dense.
-void check_row_major(const at::Tensor& t, const char* name, const char* cols_name) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  TORCH_CHECK_VALUE(cols <= 1 || t.stride(1) == 1, AITER_OP, name,
-                    " must have a contiguous last dim (stride(1) == 1), got strides ", t.strides());
-  TORCH_CHECK_VALUE(rows <= 1 || t.stride(0) >= cols, AITER_OP, name, " row stride (stride(0) = ",
-                    t.stride(0), ") must be >= ", cols_name, " = ", cols, ", got strides ",
-                    t.strides());
-}
-
-int64_t row_stride(const at::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
 
 // The bytes of a validated tensor (contiguous, or 2-D with a dense last dim: weights, out): `rows`
 // runs of `run` bytes, `pitch` bytes apart, from `first`.
@@ -236,40 +180,29 @@ const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tens
   return backend;
 }
 
-void* current_stream(const at::Device& device) {
-#if defined(AITER_WITH_SM90)
-  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
-#elif defined(AITER_WITH_GFX950)
-  return at::hip::getCurrentHIPStream(device.index()).stream();
-#else
-  (void)device;
-  return nullptr;  // no GPU backend compiled: backend_for has refused the call already
-#endif
-}
-
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
                           const at::Tensor& weights, const at::Tensor& cu_starts,
                           const at::Tensor& cu_ends, bool clean_logits,
                           const c10::optional<at::Tensor>& out, int64_t split_n, int64_t max_seqlen_k,
                           const std::string& logits_dtype) {
-  check_defined(q, "q");
-  check_defined(kv, "kv");
-  check_defined(kv_scales, "kv_scales");
-  check_defined(weights, "weights");
-  check_defined(cu_starts, "cu_starts");
-  check_defined(cu_ends, "cu_ends");
+  check_defined(AITER_OP, q, "q");
+  check_defined(AITER_OP, kv, "kv");
+  check_defined(AITER_OP, kv_scales, "kv_scales");
+  check_defined(AITER_OP, weights, "weights");
+  check_defined(AITER_OP, cu_starts, "cu_starts");
+  check_defined(AITER_OP, cu_ends, "cu_ends");
   const bool has_out = out.has_value() && out->defined();
-  if (has_out) check_defined(*out, "out");
+  if (has_out) check_defined(AITER_OP, *out, "out");
   TORCH_CHECK_VALUE(split_n >= 0, AITER_OP, "split_n must be >= 0 (0 = the kernel's own choice), got ", split_n);
   TORCH_CHECK_VALUE(max_seqlen_k >= 0, AITER_OP, "max_seqlen_k must be >= 0 (0 = the full [M, N] layout), got ",
                     max_seqlen_k);
   TORCH_CHECK_VALUE(logits_dtype.empty() || logits_dtype == "float32" || logits_dtype == "bfloat16", AITER_OP,
                     "logits_dtype must be torch.float32 or torch.bfloat16, got ", logits_dtype);
 
-  check_fp8(q, "q");
-  check_fp8(kv, "kv");
-  check_dtype(kv_scales, "kv_scales", at::kFloat, "torch.float32");
-  check_dtype(weights, "weights", at::kFloat, "torch.float32");
+  check_fp8(AITER_OP, q, "q");
+  check_fp8(AITER_OP, kv, "kv");
+  check_dtype(AITER_OP, kv_scales, "kv_scales", at::kFloat, "torch.float32");
+  check_dtype(AITER_OP, weights, "weights", at::kFloat, "torch.float32");
   check_bounds_dtype(cu_starts, "cu_starts");
   check_bounds_dtype(cu_ends, "cu_ends");
   if (has_out) {
@@ -283,53 +216,53 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
       has_out ? out->scalar_type() == at::kBFloat16 : logits_dtype == "bfloat16";
   const bool compressed = max_seqlen_k > 0;
 
-  check_dim(q, "q", 3, "[M, H, D]");
-  check_dim(kv, "kv", 2, "[N, D]");
-  check_dim(weights, "weights", 2, "[M, H]");
-  check_dim(cu_starts, "cu_starts", 1, "[M]");
-  check_dim(cu_ends, "cu_ends", 1, "[M]");
+  check_dim(AITER_OP, q, "q", 3, "[M, H, D]");
+  check_dim(AITER_OP, kv, "kv", 2, "[N, D]");
+  check_dim(AITER_OP, weights, "weights", 2, "[M, H]");
+  check_dim(AITER_OP, cu_starts, "cu_starts", 1, "[M]");
+  check_dim(AITER_OP, cu_ends, "cu_ends", 1, "[M]");
   const int64_t M = q.size(0), H = q.size(1), D = q.size(2), N = kv.size(0);
   TORCH_CHECK_VALUE(H >= 1 && D >= 1, AITER_OP, "q must have H >= 1 heads and head dim D >= 1, got shape ",
                     q.sizes());
   TORCH_CHECK_VALUE(H <= std::numeric_limits<int32_t>::max() && D <= std::numeric_limits<int32_t>::max(),
                     AITER_OP, "q's H and D must fit in int32, got shape ", q.sizes());
-  check_size(kv, "kv", 1, D, "q's head dim D");
+  check_size(AITER_OP, kv, "kv", 1, D, "q's head dim D");
   // 0-d when N == 1: aiter's per-token quantiser squeezes a one-key chunk's scales to a scalar.
   TORCH_CHECK_VALUE(kv_scales.dim() == 1 || (kv_scales.dim() == 2 && kv_scales.size(1) == 1) ||
                         (kv_scales.dim() == 0 && N == 1),
                     AITER_OP, "kv_scales must be [N], [N, 1] or (when N == 1) 0-d, got shape ", kv_scales.sizes(),
                     " with N = ", N);
-  if (kv_scales.dim() > 0) check_size(kv_scales, "kv_scales", 0, N, "kv's N");
-  check_size(weights, "weights", 0, M, "q's M");
-  check_size(weights, "weights", 1, H, "q's H");
-  check_size(cu_starts, "cu_starts", 0, M, "q's M");
-  check_size(cu_ends, "cu_ends", 0, M, "q's M");
+  if (kv_scales.dim() > 0) check_size(AITER_OP, kv_scales, "kv_scales", 0, N, "kv's N");
+  check_size(AITER_OP, weights, "weights", 0, M, "q's M");
+  check_size(AITER_OP, weights, "weights", 1, H, "q's H");
+  check_size(AITER_OP, cu_starts, "cu_starts", 0, M, "q's M");
+  check_size(AITER_OP, cu_ends, "cu_ends", 0, M, "q's M");
   const int64_t width = compressed ? max_seqlen_k : N;  // columns of the logits
   if (has_out) {
-    check_dim(*out, "out", 2, compressed ? "[M, max_seqlen_k]" : "[M, N]");
-    check_size(*out, "out", 0, M, "q's M");
-    check_size(*out, "out", 1, width, compressed ? "max_seqlen_k" : "kv's N");
+    check_dim(AITER_OP, *out, "out", 2, compressed ? "[M, max_seqlen_k]" : "[M, N]");
+    check_size(AITER_OP, *out, "out", 0, M, "q's M");
+    check_size(AITER_OP, *out, "out", 1, width, compressed ? "max_seqlen_k" : "kv's N");
   }
 
   const at::Device device = q.device();
   TORCH_CHECK_NOT_IMPLEMENTED(device.is_cpu() || device.is_cuda(), AITER_OP, "q is on ", device,
                               ", which has no kernel here (cpu or cuda tensors only; the meta/fake "
                               "kernel of torch.ops.aiter.fp8_mqa_logits handles meta tensors)");
-  check_same_device(kv, "kv", device);
-  check_same_device(kv_scales, "kv_scales", device);
-  check_same_device(weights, "weights", device);
-  check_same_device(cu_starts, "cu_starts", device);
-  check_same_device(cu_ends, "cu_ends", device);
-  if (has_out) check_same_device(*out, "out", device);
+  check_same_device(AITER_OP, kv, "kv", device);
+  check_same_device(AITER_OP, kv_scales, "kv_scales", device);
+  check_same_device(AITER_OP, weights, "weights", device);
+  check_same_device(AITER_OP, cu_starts, "cu_starts", device);
+  check_same_device(AITER_OP, cu_ends, "cu_ends", device);
+  if (has_out) check_same_device(AITER_OP, *out, "out", device);
 
-  check_contiguous(q, "q");
-  check_contiguous(kv, "kv");
-  check_contiguous(kv_scales, "kv_scales");
-  check_contiguous(cu_starts, "cu_starts");
-  check_contiguous(cu_ends, "cu_ends");
-  check_row_major(weights, "weights", "H");
+  check_contiguous(AITER_OP, q, "q");
+  check_contiguous(AITER_OP, kv, "kv");
+  check_contiguous(AITER_OP, kv_scales, "kv_scales");
+  check_contiguous(AITER_OP, cu_starts, "cu_starts");
+  check_contiguous(AITER_OP, cu_ends, "cu_ends");
+  check_row_major(AITER_OP, weights, "weights", "H");
   if (has_out) {
-    check_row_major(*out, "out", compressed ? "max_seqlen_k" : "N");
+    check_row_major(AITER_OP, *out, "out", compressed ? "max_seqlen_k" : "N");
     check_no_overlap(*out, q, "q");
     check_no_overlap(*out, kv, "kv");
     check_no_overlap(*out, kv_scales, "kv_scales");
@@ -382,7 +315,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
         workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte))
                             : at::Tensor();
     const char* err = gpu_backend->launch(p, split_n, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
-                                          device.index(), current_stream(device));
+                                          device.index(), aiter::current_stream(device));
     TORCH_CHECK(err == nullptr, AITER_OP, gpu_backend->name, " launch failed on ", device, ": ", err);
   }
   return result;
@@ -398,8 +331,9 @@ std::vector<std::string> compiled_backends() {
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "fp8_mqa_logits: the DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K)";
+namespace aiter {
+
+void register_fp8_mqa_logits(pybind11::module_& m) {
   m.def("fp8_mqa_logits", &fp8_mqa_logits, py::arg("q"), py::arg("kv"), py::arg("kv_scales"),
         py::arg("weights"), py::arg("cu_starts"), py::arg("cu_ends"), py::arg("clean_logits"),
         py::arg("out"), py::arg("split_n"), py::arg("max_seqlen_k"), py::arg("logits_dtype"),
@@ -411,3 +345,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("compiled_backends", &compiled_backends,
         "The backends compiled into this module: a subset of ['cpu', 'sm90', 'gfx950'].");
 }
+
+}  // namespace aiter

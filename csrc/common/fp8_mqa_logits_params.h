@@ -17,9 +17,9 @@
 #pragma once
 #include <cstdint>
 
-namespace aiter {
+#include "common/logits_dtype.h"
 
-enum class LogitsDtype : int32_t { kFloat32 = 0, kBFloat16 = 1 };
+namespace aiter {
 
 struct Fp8MqaLogitsParams {
   const uint8_t* q;

@@ -1,6 +1,7 @@
-// The one work scheduler of fp8_mqa_logits, shared by every backend (CPU, sm90, gfx950) and by the
-// gfx950 host emulation. Host + device, torch-free, allocation-free: everything here is a pure
-// function of the row bounds, so every CTA / workgroup / thread that evaluates it agrees.
+// The one work scheduler of fp8_mqa_logits and fp8_paged_mqa_logits, shared by every backend (CPU,
+// sm90, gfx950) and by the gfx950 host emulation. Host + device, torch-free, allocation-free:
+// everything here is a pure function of the row bounds (the paged op's: of the context lengths), so
+// every CTA / workgroup / thread that evaluates it agrees. The paged op's terms are at the end.
 //
 //   window  the keys [begin, end) row m sees: ks[m], ke[m] clamped to [0, N]; empty when begin >= end.
 //   block   consecutive query rows one worker computes together (each backend sizes its blocks).
@@ -147,6 +148,60 @@ AITER_SCHED_FN SegmentParts segment_parts(const BlockPrice& price, int64_t u_beg
   parts.fill_begin = (u_begin > fill_from ? u_begin : fill_from) - fill_from;
   parts.fill_end = (u_end > fill_from ? u_end : fill_from) - fill_from;
   return parts;
+}
+
+// ---- The paged decode op (fp8_paged_mqa_logits) ------------------------------------------------------
+//
+//   row     (b, j): query token j of batch b (output row b * next_n + j).
+//   keys    row (b, j) sees keys [0, keys): context_lens[b] - next_n + j + 1 with one length per batch,
+//           context_lens[b, j] with one per row; at least 0, at most a key limit (max_context_len).
+//   unit    (batch b, cache block i): b's keys [i * block_kv, (i + 1) * block_kv), for every row of b
+//           at once (a block of K is read once for all of them). Batch b has
+//           ceil(batch_keys / block_kv) units, batch_keys the most keys any row of b sees.
+//   share   part p of P of all units, batches in order (share_begin above); it starts at the unit
+//           paged_unit() finds. The metadata op stores each share's start as (batch, block).
+
+// Keys row j of a batch sees, from its context length (lens_per_row: the row's own, else the batch's).
+AITER_SCHED_FN int64_t paged_row_keys(int64_t context_len, int64_t next_n, int64_t j, bool lens_per_row,
+                                      int64_t key_limit) {
+  const int64_t keys = lens_per_row ? context_len : context_len - next_n + j + 1;
+  return keys < 0 ? 0 : (keys > key_limit ? key_limit : keys);
+}
+
+// The most keys a row of batch b sees; context_lens is [batches] or, when lens_per_row, [batches][next_n].
+template <class Int>
+AITER_SCHED_FN int64_t paged_batch_keys(const Int* context_lens, int64_t b, int64_t next_n, bool lens_per_row,
+                                        int64_t key_limit) {
+  if (!lens_per_row) return paged_row_keys(context_lens[b], next_n, next_n - 1, false, key_limit);
+  int64_t most = 0;
+  for (int64_t j = 0; j < next_n; ++j) {
+    const int64_t keys = paged_row_keys(context_lens[b * next_n + j], next_n, j, true, key_limit);
+    most = keys > most ? keys : most;
+  }
+  return most;
+}
+
+// A unit: cache block `block` (counted from the batch's first key) of batch `batch`.
+struct PagedUnit {
+  int64_t batch;
+  int64_t block;
+};
+
+// Where unit u falls, given unit_ends[b] = the units of batches 0..b (inclusive prefix sums): the
+// first batch whose units reach past u (batches without units are passed over) and the block within
+// it. u = the total gives {batches, 0}, the end.
+template <class Int>
+AITER_SCHED_FN PagedUnit paged_unit(const Int* unit_ends, int64_t batches, int64_t u) {
+  int64_t lo = 0, hi = batches;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (int64_t(unit_ends[mid]) <= u)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo >= batches) return PagedUnit{batches, 0};
+  return PagedUnit{lo, u - (lo > 0 ? int64_t(unit_ends[lo - 1]) : 0)};
 }
 
 }  // namespace scheduler

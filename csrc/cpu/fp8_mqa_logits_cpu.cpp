@@ -53,6 +53,8 @@
 
 #include "common/e4m3.h"
 #include "common/work_scheduler.h"
+#include "cpu/bf16_round.h"
+#include "cpu/simd_level.h"
 
 #include <ATen/Parallel.h>
 
@@ -324,8 +326,7 @@ struct Fp32Format {
   }
 };
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AITER_CPU_X86 1
+#ifdef AITER_CPU_X86
 // Operands as bf16 pairs (d, d+1) packed in 32 bits: depth = ceil(D / 2), and one vdpbf16ps adds two
 // products per lane, twice the work of an FMA per instruction. e4m3 values are exact in bf16 and
 // their products exact in fp32; products and sums stay far above the denormals it flushes.
@@ -447,15 +448,6 @@ AITER_CPU_INLINE void tile_all_heads(const uint32_t* q_row, int64_t H, int64_t d
                                     w + h, logits);
 }
 
-// float32 -> bfloat16, rounded to nearest even (NaN stays a quiet NaN), as torch's .to(bfloat16).
-AITER_CPU_INLINE uint16_t bf16_bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // Columns [first, first + count) of output row r: `values` (float32), stored as logits_dtype.
 AITER_CPU_INLINE void store_columns(const Fp8MqaLogitsParams& params, int64_t r, int64_t first,
                                     const float* values, int64_t count) {
@@ -464,7 +456,7 @@ AITER_CPU_INLINE void store_columns(const Fp8MqaLogitsParams& params, int64_t r,
     std::memcpy(static_cast<float*>(params.out) + r * params.out_stride + first, values, count * sizeof(float));
   } else {
     uint16_t* row = static_cast<uint16_t*>(params.out) + r * params.out_stride + first;
-    for (int64_t i = 0; i < count; ++i) row[i] = bf16_bits(values[i]);
+    for (int64_t i = 0; i < count; ++i) row[i] = cpu::bf16_bits(values[i]);
   }
 }
 
@@ -476,7 +468,7 @@ void fill_columns_neg_inf(const Fp8MqaLogitsParams& params, int64_t r, int64_t b
     std::fill(row + begin, row + end, -std::numeric_limits<float>::infinity());
   } else {
     uint16_t* row = static_cast<uint16_t*>(params.out) + r * params.out_stride;
-    std::fill(row + begin, row + end, bf16_bits(-std::numeric_limits<float>::infinity()));
+    std::fill(row + begin, row + end, cpu::bf16_bits(-std::numeric_limits<float>::infinity()));
   }
 }
 
@@ -813,27 +805,20 @@ struct Variant {
   bool bf16_pairs;
 };
 
-// The best variant this CPU runs. AITER_FP8_MQA_CPU_SIMD=avx512|avx2|generic caps it (to test the
-// narrower variants on a wider machine); a cap above what the CPU has changes nothing.
+// The best variant this CPU runs, capped by AITER_FP8_MQA_CPU_SIMD (cpu/simd_level.h).
 Variant pick_variant() {
-  static const char* const kOrder[] = {"generic", "avx2", "avx512", "avx512bf16"};
-  int cap = 3;
-  if (const char* env = std::getenv("AITER_FP8_MQA_CPU_SIMD")) {
-    for (int i = 0; i < 4; ++i)
-      if (std::strcmp(env, kOrder[i]) == 0) cap = i;
-  }
+  switch (cpu::simd_level()) {
 #ifdef AITER_CPU_X86
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-  const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
-  if (cap >= 3 && bf16) return {"avx512bf16", task_avx512bf16, task_avx512bf16_chunked, true};
-  if (cap >= 2 && avx512) return {"avx512", task_avx512, task_avx512_chunked, false};
-  if (cap >= 1 && avx2) return {"avx2", task_avx2, task_avx2_chunked, false};
-#else
-  (void)cap;
+    case cpu::SimdLevel::kAvx512Bf16:
+      return {"avx512bf16", task_avx512bf16, task_avx512bf16_chunked, true};
+    case cpu::SimdLevel::kAvx512:
+      return {"avx512", task_avx512, task_avx512_chunked, false};
+    case cpu::SimdLevel::kAvx2:
+      return {"avx2", task_avx2, task_avx2_chunked, false};
 #endif
-  return {"generic", task_generic, task_generic_chunked, false};
+    default:
+      return {"generic", task_generic, task_generic_chunked, false};
+  }
 }
 
 struct AlignedScratch {
