@@ -27,6 +27,12 @@ class Backend:
     bf16_logits: bool = True  # writes logits_dtype=bfloat16
     compressed_logits: bool = True  # writes the compressed layout (max_seqlen_k > 0)
     compressed_clean_logits: bool = True  # ... with clean_logits (its -inf tail)
+    # The decode op (fp8_paged_mqa_logits): H, D, block_kv and next_n its paged kernel serves; a
+    # backend without one has paged_heads == (). None: any value >= 1.
+    paged_heads: tuple | None = None
+    paged_head_dims: tuple | None = None
+    paged_block_kv: tuple | None = None
+    paged_next_n: tuple | None = None
 
     def serves(self, heads: int, head_dim: int, bf16_logits: bool = False, compressed: bool = False,
                clean_logits: bool = False) -> bool:
@@ -37,6 +43,11 @@ class Backend:
         if compressed and clean_logits and not self.compressed_clean_logits:
             return False
         return (self.heads is None or heads in self.heads) and (self.head_dims is None or head_dim in self.head_dims)
+
+    def serves_paged(self, heads: int, head_dim: int, block_kv: int, next_n: int) -> bool:
+        facts = ((self.paged_heads, heads), (self.paged_head_dims, head_dim), (self.paged_block_kv, block_kv),
+                 (self.paged_next_n, next_n))
+        return all(value >= 1 and (served is None or value in served) for served, value in facts)
 
     def describe(self) -> str:
         def values(v):
@@ -73,6 +84,10 @@ def _gpu_backend(name: str) -> Backend:
         bf16_logits=facts.get("kServesBf16Logits", False),
         compressed_logits=facts.get("kServesCompressedLogits", False),
         compressed_clean_logits=facts.get("kServesCompressedCleanLogits", False),
+        paged_heads=facts.get("kServedPagedHeads", ()),
+        paged_head_dims=facts.get("kServedPagedHeadDims", ()),
+        paged_block_kv=facts.get("kServedPagedBlockKv", ()),
+        paged_next_n=facts.get("kServedPagedNextN", ()),
     )
 
 

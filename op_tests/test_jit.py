@@ -732,3 +732,15 @@ def test_every_include_of_a_target_lies_in_its_hashed_folders(targets):
             assert found is not None, f"{path}: #include \"{name}\" not found under csrc/"
             assert os.fspath(found.resolve()) in hashed, f"{path} includes {found}, which the key does not hash"
             pending.append(found.resolve())
+
+
+def test_source_file_names_are_unique_per_module():
+    """torch's ninja build names each object after its source's file name: two sources of one module
+    with the same name (sm90/launcher.cu and sm90/paged/launcher.cu) make it fail with "multiple rules
+    generate launcher.cuda.o"."""
+    import collections
+
+    bc = core.build_config
+    names = bc.COMMON_SOURCES + bc.SM90_SOURCES + bc.GFX950_SOURCES
+    stems = collections.Counter(os.path.splitext(os.path.basename(n))[0] for n in names)
+    assert not [stem for stem, count in stems.items() if count > 1]

@@ -45,7 +45,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 def require_kernel(device, H=64, D=128, block_kv=64, next_n=1, logits_dtype=torch.float32):
     if not is_supported(H, D, device, block_kv=block_kv, next_n=next_n, logits_dtype=logits_dtype):
         pytest.skip(f"no {device} paged decode kernel serves H={H}, D={D}, block_kv={block_kv}, next_n={next_n} "
-                    "(no GPU backend has a paged kernel yet; the sm90 one is to come)")
+                    "(aiter.backends lists what each GPU paged kernel serves)")
 
 
 def call(args, **kwargs):
@@ -145,19 +145,26 @@ def test_garbage_past_the_last_visible_block_is_never_read(device):
 
 
 def test_kv_cache_with_padded_blocks(device):
-    """Blocks stride(0) bytes apart with a gap between them (a cache allocated with other buffers), as
-    DeepGEMM takes it; D = 36 leaves the scales unaligned on the CPU-only shape."""
+    """Blocks stride(0) bytes apart with a gap between them (a cache allocated with other buffers); D =
+    36 leaves the scales unaligned on the CPU-only shape. A GPU kernel reads the blocks with TMA, so
+    there the gap keeps the stride a multiple of 16 bytes, and a stride that is not is refused by name."""
     for D in ((36,) if device == "cpu" else ()) + (128,):
         if device != "cpu":
             require_kernel(device, 32, D, 16, 1)
         args = make_paged_case([20, 45, 3], 1, 32, D, 16, seed=D, device=device)
         cache = args["kv_cache"]
-        wide = torch.full((cache.shape[0], cache[0].numel() + 40), 0xFF, dtype=torch.uint8, device=device)
+        gap = 40 if device == "cpu" else 48
+        wide = torch.full((cache.shape[0], cache[0].numel() + gap), 0xFF, dtype=torch.uint8, device=device)
         wide[:, : cache[0].numel()] = cache.reshape(cache.shape[0], -1)
         padded = wide[:, : cache[0].numel()].view(cache.shape[0], 16, 1, D + 4)
-        assert padded.stride(0) == cache[0].numel() + 40
+        assert padded.stride(0) == cache[0].numel() + gap
         got = call(dict(args, kv_cache=padded), clean_logits=True)
         assert torch.equal(got, call(args, clean_logits=True))
+        if device != "cpu":
+            odd = torch.zeros((cache.shape[0], cache[0].numel() + 40), dtype=torch.uint8, device=device)
+            odd = odd[:, : cache[0].numel()].view(cache.shape[0], 16, 1, D + 4)
+            with pytest.raises(ValueError, match=r"kv_cache's blocks must lie a multiple of 16 bytes apart"):
+                call(dict(args, kv_cache=odd), clean_logits=True)
 
 
 def test_twenty_launches_are_bitwise_identical(device):

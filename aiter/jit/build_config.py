@@ -30,13 +30,19 @@ COMMON_SOURCES = (
     "cpu/fp8_paged_mqa_logits_cpu.cpp",
 )
 # Per-target kernel sources, added when the target is present.
-# sm90: the dispatch, and the kernel instances one file per H (compiled in parallel).
+# sm90: the dispatch, and the kernel instances one file per H (compiled in parallel), for prefill
+# and for the paged decode kernel.
 SM90_SOURCES = (
     "sm90/launcher.cu",
     "sm90/instances/heads_8.cu",
     "sm90/instances/heads_16.cu",
     "sm90/instances/heads_32.cu",
     "sm90/instances/heads_64.cu",
+    "sm90/paged/paged_launcher.cu",
+    "sm90/paged/instances/paged_heads_8.cu",
+    "sm90/paged/instances/paged_heads_16.cu",
+    "sm90/paged/instances/paged_heads_32.cu",
+    "sm90/paged/instances/paged_heads_64.cu",
 )
 GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".

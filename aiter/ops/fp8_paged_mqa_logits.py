@@ -26,7 +26,7 @@ import torch
 from torch.autograd import forward_ad
 
 from aiter.ops.fp8_mqa_logits import (_AFTER_AUTOGRAD, _C10_DTYPE_NAMES, _C10_LAYOUT_NAMES, _INT32_MAX,
-                                      _LOGITS_DTYPE_NAMES, _check_bool, _default_device, _dtype_name, _module,
+                                      _LOGITS_DTYPE_NAMES, _check_bool, _default_device, _dtype_name, _gpu_backend, _module,
                                       _next_is_backend)
 
 __all__ = ["fp8_fp4_paged_mqa_logits", "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported"]
@@ -350,7 +350,8 @@ def is_supported(num_heads, head_dim, device=None, block_kv=64, next_n=1, logits
     """True when a native kernel of this package serves the decode op for (num_heads, head_dim,
     block_kv, next_n) writing ``logits_dtype`` logits on ``device`` (None: the current GPU when one is
     visible, else the CPU). The CPU path serves any H, D, block_kv, next_n >= 1 in both logits dtypes;
-    no GPU backend has a paged kernel yet. Cheap: never builds or launches anything."""
+    a GPU backend what its capabilities.h lists (kServedPaged*: sm90 today; gfx950 has no paged
+    kernel). Cheap: never builds or launches anything."""
     try:
         values = [int(v) for v in (num_heads, head_dim, block_kv, next_n)]
     except (TypeError, ValueError):
@@ -361,4 +362,9 @@ def is_supported(num_heads, head_dim, device=None, block_kv=64, next_n=1, logits
         dev = _default_device() if device is None else torch.device(device)
     except (TypeError, RuntimeError, ValueError):
         return False
-    return dev.type == "cpu"
+    if dev.type == "cpu":
+        return True
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return False
+    backend = _gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+    return backend is not None and backend.serves_paged(*values)

@@ -10,7 +10,7 @@
 // This file only validates the arguments against the contract (docs/operator.md, "The decode op"),
 // fills aiter::Fp8PagedMqaLogitsParams (every tensor's layout is at the top of
 // common/fp8_paged_mqa_logits_params.h) and hands them to the CPU path or to the paged kernel of the
-// tensors' GPU (paged_gpu_backends.h: none yet, so GPU tensors are a NotImplementedError naming the
+// tensors' GPU (paged_gpu_backends.h: sm90; another GPU is a NotImplementedError naming the
 // backends compiled without one). Errors name the argument: TypeError for a dtype, ValueError for a
 // rank, shape, stride, size or a block_table entry a row needs that is no block of kv_cache (read on
 // the host, CPU tensors only), NotImplementedError for a device or option no compiled kernel serves,
@@ -66,11 +66,9 @@ std::string compiled_gpu_names() {
 const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* first_name, const at::Device& device) {
   const auto& table = aiter::paged_gpu_backends();
   TORCH_CHECK_NOT_IMPLEMENTED(!table.empty(), op, first_name, " is on ", device,
-                              ", but no GPU backend of module_fp8_mqa_logits has a paged decode kernel yet "
-                              "(compiled: ",
-                              compiled_gpu_names(),
-                              "; the sm90 paged kernel is still to come, and neither sm90 nor gfx950 has one "
-                              "today); pass CPU tensors");
+                              ", but no GPU backend of this build of module_fp8_mqa_logits has a paged decode "
+                              "kernel (compiled: ",
+                              compiled_gpu_names(), "; sm90 has one, gfx950 not yet); pass CPU tensors");
   std::string why_not;
   for (const aiter::PagedGpuBackend& backend : table) {
     const char* mismatch = backend.check_device(device.index());
@@ -227,6 +225,13 @@ at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache,
     TORCH_CHECK_NOT_IMPLEMENTED(backend->serves(H, D, block_kv, next_n), kOp, "the ", backend->name,
                                 " paged kernel serves ", backend->serves_text, ", got q of shape ", q.sizes(),
                                 " and block_kv = ", block_kv, "; use CPU tensors");
+    // The GPU kernels read q and the cache's blocks with TMA: 16-byte aligned bases and block strides.
+    const int64_t block_stride = num_blocks > 1 ? kv_cache.stride(0) : block_kv * (D + 4);
+    TORCH_CHECK_VALUE(block_stride % 16 == 0, kOp, "kv_cache's blocks must lie a multiple of 16 bytes apart on ",
+                      device, " (the GPU kernel reads them with TMA), got kv_cache.stride(0) = ", block_stride);
+    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0,
+                      kOp, "q and kv_cache must start 16-byte aligned on ", device, " (the GPU kernel reads them with TMA)");
     TORCH_CHECK_VALUE(schedule_meta.size(0) == backend->num_shares(device.index()) + 1, kOp,
                       "schedule_meta must have num_sms + 1 = ", backend->num_shares(device.index()) + 1,
                       " rows on ", device, " (get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) with "

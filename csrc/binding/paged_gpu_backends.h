@@ -1,15 +1,21 @@
 // The table of GPU backends compiled into module_fp8_mqa_logits that have a paged decode kernel
 // (fp8_paged_mqa_logits and its metadata): the only place the paged binding names a backend, as
 // gpu_backends.h is for prefill. Each entry forwards to its backend's launcher and capability
-// statement; the binding checks a call against the entry that runs on the tensors' GPU. Empty today:
-// no backend has a paged kernel yet (sm90's comes next), so the binding refuses GPU tensors, naming
-// the backends compiled without one. Torch-free and vendor-runtime-free.
+// statement; the binding checks a call against the entry that runs on the tensors' GPU (sm90 today; a
+// GPU of a backend without a paged kernel is refused by name). Torch-free and vendor-runtime-free.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/fp8_paged_mqa_logits_params.h"
+
+#ifdef AITER_WITH_SM90
+#include "sm90/capabilities.h"
+#include "sm90/launcher.h"
+#include "sm90/paged/launcher.h"
+#endif
 
 namespace aiter {
 
@@ -28,10 +34,25 @@ struct PagedGpuBackend {
   const char* (*launch)(const Fp8PagedMqaLogitsParams& params, int device_index, void* stream);
 };
 
+template <size_t Count>
+std::string describe_list(const int (&values)[Count]) {
+  std::string text = "{";
+  for (size_t i = 0; i < Count; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
 // The compiled GPU backends with a paged kernel, in the order they are tried for a device.
 inline const std::vector<PagedGpuBackend>& paged_gpu_backends() {
   static const std::vector<PagedGpuBackend> table = {
-      // An entry per backend once csrc/<backend> has a paged kernel (#ifdef AITER_WITH_<BACKEND>).
+#ifdef AITER_WITH_SM90
+      {"sm90",
+       "H in " + describe_list(sm90::kServedPagedHeads) + ", D in " + describe_list(sm90::kServedPagedHeadDims) +
+           ", block_kv in " + describe_list(sm90::kServedPagedBlockKv) + ", next_n in " +
+           describe_list(sm90::kServedPagedNextN),
+       &sm90::paged::serves, &sm90::check_device, &sm90::paged::num_shares, &sm90::paged::metadata,
+       &sm90::paged::launch},
+#endif
+      // gfx950 has no paged kernel: its GPUs are refused by name.
   };
   return table;
 }

@@ -24,5 +24,13 @@ constexpr bool serves(long long heads, long long head_dim) {
   return listed(kServedHeads, heads) && listed(kServedHeadDims, head_dim);
 }
 
+// The paged decode kernel (paged/kernel.cuh): next_n x H (row, head) columns per batch in [8, 256];
+// a 64-key tile is 64 / block_kv whole cache blocks (block_kv a multiple of 8: each block lands on
+// a swizzle atom; its scales are a bulk copy of a multiple of 16 bytes). Logits float32 or bfloat16.
+constexpr int kServedPagedHeads[] = {8, 16, 32, 64};
+constexpr int kServedPagedHeadDims[] = {64, 128};
+constexpr int kServedPagedBlockKv[] = {16, 32, 64};
+constexpr int kServedPagedNextN[] = {1, 2, 4};
+
 }  // namespace sm90
 }  // namespace aiter

@@ -24,7 +24,10 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
-// The device's SM count, queried once per device (the grid has one CTA per SM); 0 when the query fails.
+}  // namespace
+
+namespace sm90 {
+
 int sm_count(int device_index) {
   static std::atomic<int> cached[kMaxDevices] = {};
   if (device_index >= 0 && device_index < kMaxDevices) {
@@ -37,6 +40,10 @@ int sm_count(int device_index) {
   if (device_index >= 0 && device_index < kMaxDevices) cached[device_index].store(num_sms, std::memory_order_relaxed);
   return num_sms;
 }
+
+}  // namespace sm90
+
+namespace {
 
 int64_t num_blocks(const Fp8MqaLogitsParams& params) {
   const int64_t rows_per_block = sm90::kQTileCols / params.H;
@@ -85,7 +92,7 @@ size_t workspace_bytes(const Fp8MqaLogitsParams& params, int device_index) {
 
 const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device_index, void* stream) {
   if (!serves(params.H, params.D)) return "fp8_mqa_logits (sm90): this H and D are not served (capabilities.h)";
-  const int num_sms = sm_count(device_index);
+  const int num_sms = sm90::sm_count(device_index);
   if (num_sms <= 0) return "fp8_mqa_logits (sm90): cannot query the number of SMs";
   if (workspace == nullptr) return "fp8_mqa_logits (sm90): no workspace for the plan (workspace_bytes)";
   // Keys, compressed columns and Q-tile rows are 32-bit TMA coordinates and indices; output offsets

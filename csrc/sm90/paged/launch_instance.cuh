@@ -1,0 +1,92 @@
+// One paged decode kernel instance's host side: its two tensor maps and the launch.
+//
+//   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
+//
+// Tensors: q [B * next_n * H rows, D bytes] (2-D map, box next_n x H rows); kv_cache's keys
+// [num_blocks][block_kv][D bytes] (3-D map, block stride kv_block_stride, box one block); both with
+// the D-byte swizzle. Each (H, D, next_n, logits element) is explicitly instantiated in
+// instances/paged_heads_<H>.cu; paged_launcher.cu sees only the declaration.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "common/fp8_paged_mqa_logits_params.h"
+
+namespace aiter {
+namespace sm90 {
+namespace paged {
+
+template <int H, int D, int NEXT_N, typename Element>
+const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream);
+
+}  // namespace paged
+}  // namespace sm90
+}  // namespace aiter
+
+#ifdef AITER_SM90_PAGED_INSTANCE_FILE
+#include <cuda_bf16.h>
+
+#include <atomic>
+
+#include "sm90/launch_instance.cuh"  // launch_detail::encode_tiled, make_row_map
+#include "sm90/paged/kernel.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace paged {
+
+// The keys of the cache as [num_blocks][block_kv][D bytes]: box one block, D-byte swizzle.
+template <int D>
+bool make_cache_map(CUtensorMap* map, const Fp8PagedMqaLogitsParams& params) {
+  const launch_detail::EncodeTiledFn encode = launch_detail::encode_tiled();
+  if (encode == nullptr) return false;
+  constexpr CUtensorMapSwizzle kSwizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(params.block_kv),
+                              static_cast<cuuint64_t>(params.num_blocks)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(params.kv_block_stride)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(D), static_cast<cuuint32_t>(params.block_kv), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(params.kv_cache), dims, strides, box,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, kSwizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int H, int D, int NEXT_N, typename Element>
+const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
+  using Shape = PagedShape<H, D, NEXT_N>;
+  CUtensorMap q_map, k_map;
+  if (!launch_detail::make_row_map<D>(&q_map, params.q, static_cast<uint64_t>(params.batches) * Shape::kCols,
+                                      Shape::kCols) ||
+      !make_cache_map<D>(&k_map, params))
+    return "fp8_paged_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv_cache must be 16-byte aligned, "
+           "and a cache block's stride a multiple of 16 bytes)";
+  const size_t smem = sizeof(PagedSharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
+  static std::atomic<bool> reserved[launch_detail::kMaxDevices] = {};
+  if (device_index >= launch_detail::kMaxDevices || !reserved[device_index].load(std::memory_order_acquire)) {
+    if (cudaFuncSetAttribute(fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
+      return "fp8_paged_mqa_logits (sm90): cannot reserve the kernel's shared memory";
+    if (device_index < launch_detail::kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
+  }
+  fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>
+      <<<static_cast<unsigned>(params.num_shares), kPagedThreads, smem, stream>>>(q_map, k_map, params);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+#define AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, D, NEXT_N)                                                        \
+  template const char* launch_instance<H, D, NEXT_N, float>(const Fp8PagedMqaLogitsParams&, int, cudaStream_t); \
+  template const char* launch_instance<H, D, NEXT_N, __nv_bfloat16>(const Fp8PagedMqaLogitsParams&, int, cudaStream_t);
+// Every served D and next_n of one H (capabilities.h: kServedPagedHeadDims, kServedPagedNextN).
+#define AITER_SM90_PAGED_INSTANTIATE_HEADS(H)     \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 1)  \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 2)  \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 4)  \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 1) \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 2) \
+  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 4)
+
+}  // namespace paged
+}  // namespace sm90
+}  // namespace aiter
+#endif  // AITER_SM90_PAGED_INSTANCE_FILE

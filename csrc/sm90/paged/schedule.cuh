@@ -1,0 +1,57 @@
+// The paged decode kernel's view of the schedule: which batches, cache blocks and 64-key tiles a CTA
+// computes, from the metadata op's shares (common/work_scheduler.h has the units and shares).
+//
+//   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
+//
+// Tensors read: context_lens [B] or [B, next_n] int32; schedule_meta [num_shares + 1, 2] int32 (row p:
+// the (batch, block) where share p starts; row num_shares: (B, 0)).
+// Why one header: the producer (which loads), the math warpgroups (which store, through the slot's
+// facts) and the -inf tails must agree on every batch's visible blocks.
+#pragma once
+#include <cstdint>
+
+#include "common/fp8_paged_mqa_logits_params.h"
+#include "common/work_scheduler.h"
+#include "sm90/paged/shape.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace paged {
+
+using PagedArgs = Fp8PagedMqaLogitsParams;
+
+// Cache blocks of batch b the kernel reads: those holding keys below the most keys a row of b sees,
+// clamped to max_context_len (the metadata's units count the unclamped keys: blocks past these are
+// neither read nor stored).
+__device__ __forceinline__ int visible_blocks(const PagedArgs& args, int64_t b) {
+  const int64_t keys =
+      scheduler::paged_batch_keys(args.context_lens, b, args.next_n, args.lens_per_row, args.max_context_len);
+  return static_cast<int>(scheduler::ceil_div(keys, args.block_kv));
+}
+
+// Units (cache blocks) the metadata counted for batch b: its unclamped keys.
+__device__ __forceinline__ int64_t metadata_units(const PagedArgs& args, int64_t b) {
+  const int64_t keys =
+      scheduler::paged_batch_keys(args.context_lens, b, args.next_n, args.lens_per_row, int64_t(1) << 40);
+  return scheduler::ceil_div(keys, args.block_kv);
+}
+
+// This CTA's share as a walk over batches: batch b's blocks [first, last) of the share.
+struct ShareWalk {
+  int begin_batch, begin_block, end_batch, end_block;
+
+  __device__ static ShareWalk of_cta(const PagedArgs& args) {
+    const int32_t* meta = args.schedule_meta + 2 * blockIdx.x;  // rows of two int32 (4-byte aligned only)
+    return ShareWalk{__ldg(meta), __ldg(meta + 1), __ldg(meta + 2), __ldg(meta + 3)};
+  }
+  // Whether batch b has blocks in the share (b >= begin_batch).
+  __device__ bool holds(int b, int64_t batches) const {
+    return b < batches && (b < end_batch || (b == end_batch && end_block > 0));
+  }
+  __device__ int64_t first_block(int b) const { return b == begin_batch ? begin_block : 0; }
+  __device__ int64_t last_block(int b, int64_t units) const { return b == end_batch ? end_block : units; }
+};
+
+}  // namespace paged
+}  // namespace sm90
+}  // namespace aiter

@@ -1,0 +1,75 @@
+// The paged decode kernel's shared memory, as one type, and its barrier protocol.
+//
+//   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
+//
+// What lives here, per CTA (one CTA per share of the schedule):
+//   q[slot]      a batch's Q tile: next_n x H rows (row, head) of D e4m3 bytes, by TMA with the
+//                D-byte swizzle wgmma reads (kPagedQSlots slots, a ring: producer -> math)
+//   k[stage]     a 64-key tile of cache blocks: 64 rows of D e4m3 bytes, same swizzle (kPagedStages)
+//   scale[stage] the tile's 64 kv scales (float32), copied from the blocks' scale areas
+//   the slot's batch facts: which batch, the tiles and keys this CTA computes of it, and each row's
+//   visible keys; the exact path's per-(key, head) terms (exact_rows.cuh)
+// Sized for the largest tile (next_n x H = 256 columns, D = 128); smaller ones use the front.
+#pragma once
+#include <cstdint>
+
+#include "sm90/paged/shape.cuh"
+#include "sm90/primitives.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace paged {
+
+constexpr int kMaxNextN = 4;
+constexpr int kMaxCols = 2 * kWgmmaCols;
+constexpr int kMaxHeadDim = 128;
+
+// The batch a Q slot holds. tile_begin / tile_end: the batch's 64-key tiles this CTA computes
+// (tile t = keys [64 t, 64 t + 64)); key_begin / key_end: the keys of its share (whole cache
+// blocks), outside which it stores nothing; first_seq: the CTA's running index of the batch's first
+// tile (which warpgroup and ring stage take a tile); row_keys[j]: keys row j sees (clamped).
+struct SlotBatch {
+  int batch;  // -1: no further batch
+  int tile_begin, tile_end;
+  int key_begin, key_end;
+  int first_seq;
+  int row_keys[kMaxNextN];
+};
+
+struct PagedSharedStorage {
+  alignas(1024) uint8_t q[kPagedQSlots][kMaxCols * kMaxHeadDim];
+  alignas(1024) uint8_t k[kPagedStages][kKeysPerTile * kMaxHeadDim];
+  alignas(16) float scale[kPagedStages][kKeysPerTile];
+  SlotBatch slot[kPagedQSlots];
+  double exact_part[kExactKeys][64];  // the exact path's relu(q.k) x w per (key, head) of its row in hand
+  uint64_t q_full[kPagedQSlots];
+  uint64_t q_empty[kPagedQSlots];
+  uint64_t k_full[kPagedStages];
+  uint64_t k_empty[kPagedStages];
+};
+
+__device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_smem) {
+  const uint32_t align_pad = (1024 - (smem_addr(dynamic_smem) & 1023)) & 1023;
+  return *reinterpret_cast<PagedSharedStorage*>(dynamic_smem + align_pad);
+}
+
+// The barriers, by one thread before the first __syncthreads:
+//   q_full[slot]   the producer's arrival (after the slot's facts, released) plus the Q tile's bytes
+//   q_empty[slot]  one arrival per math warp after the batch: the slot may be refilled
+//   k_full[stage]  the producer's arrival plus the tile's K and scale bytes
+//   k_empty[stage] one arrival per warp that consumed the stage (one warpgroup, or both)
+__device__ __forceinline__ void init_paged_barriers(PagedSharedStorage& smem, int stage_consumers) {
+  for (int slot = 0; slot < kPagedQSlots; ++slot) {
+    mbar_init(&smem.q_full[slot], 1);
+    mbar_init(&smem.q_empty[slot], 4 * kPagedMathWarpgroups);
+  }
+  for (int stage = 0; stage < kPagedStages; ++stage) {
+    mbar_init(&smem.k_full[stage], 1);
+    mbar_init(&smem.k_empty[stage], stage_consumers);
+  }
+  fence_barrier_init();
+}
+
+}  // namespace paged
+}  // namespace sm90
+}  // namespace aiter
