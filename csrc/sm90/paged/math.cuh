@@ -4,10 +4,9 @@
 //   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
 //                               for p < keys(b, j); -inf for keys(b, j) <= p when clean_logits
 //
-// Operands (shared memory, D-byte swizzle): A = the K tile, 64 keys x D; B = 128 columns of the
-// batch's Q tile from this warpgroup's first column (columns past next_n x H are whatever the slot
-// holds: each output column depends on its own B row only, and those columns are never read).
-// Accumulator fragment of wgmma m64n128 (per thread, 64 floats), warp wi, lane l, quad lane q = l % 4:
+// Operands (shared memory, D-byte swizzle): A = the K tile, 64 keys x D; B = this warpgroup's N =
+// kWgCols columns of the batch's Q tile (wgmma m64nNk32 at the exact width: 8 to 128).
+// Accumulator fragment (per thread, N / 2 floats), warp wi, lane l, quad lane q = l % 4:
 //   d[4 j + 2 i + c] = S[key = 16 wi + l / 4 + 8 i][col = 8 j + 2 q + c]
 //   col -> (row r = col / H of this warpgroup's rows, head = col % H)
 // Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch; out
@@ -43,7 +42,7 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
   constexpr uint32_t kStageStride = sizeof(smem.k[0]) >> 4, kSlotStride = sizeof(smem.q[0]) >> 4;
   const float neg_inf = __int_as_float(0xff800000);
 
-  float acc[64];
+  float acc[Shape::kWgCols / 2];
   int slot = 0, slot_phase = 0;
   for (;;) {
     mbar_wait(&smem.q_full[slot], slot_phase);
@@ -80,8 +79,8 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Shape::kMmaSteps; ++kk)
-        wgmma_m64n128k32_e4m3(acc, desc_hi | (k_lo0 + stage * kStageStride + 2 * kk),
-                              desc_hi | (q_lo0 + slot * kSlotStride + 2 * kk), kk > 0);
+        wgmma_m64nk32_e4m3<Shape::kWgCols>(acc, desc_hi | (k_lo0 + stage * kStageStride + 2 * kk),
+                                           desc_hi | (q_lo0 + slot * kSlotStride + 2 * kk), kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(acc);

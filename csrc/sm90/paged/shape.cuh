@@ -12,7 +12,7 @@ namespace sm90 {
 namespace paged {
 
 constexpr int kKeysPerTile = 64;  // the M side of one wgmma
-constexpr int kWgmmaCols = 128;   // the N side of the one wgmma shape the kernel issues
+constexpr int kWgmmaCols = 128;   // the widest wgmma N the kernel issues (it uses the exact width below)
 
 template <int H, int D, int NEXT_N>
 struct PagedShape {
@@ -25,6 +25,7 @@ struct PagedShape {
   static constexpr int kWgCols = kSharedTiles ? kCols / kPagedSharingWarpgroups : kCols;  // columns a warpgroup computes
   static constexpr int kWgRows = kWgCols / H;                                           // query rows among them
   static_assert(!kSharedTiles || kWgCols == kWgmmaCols, "a shared tile splits into two full wgmmas");
+  static_assert((kWgCols & (kWgCols - 1)) == 0, "wgmma m64nNk32 is instantiated for N in {8, 16, 32, 64, 128}");
   static constexpr int kHeadGroups = H / 8 > 0 ? H / 8 : 1;  // 8-column groups of the fragment per row
   static constexpr int kQTileBytes = kCols * D;
   static constexpr int kKTileBytes = kKeysPerTile * D;
