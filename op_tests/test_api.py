@@ -37,21 +37,6 @@ def _assert_matches_reference(out, args, clean=True):
         assert torch.equal(torch.isinf(out), torch.isinf(ref))
 
 
-@pytest.fixture
-def fp8_aware_allclose(monkeypatch):
-    """opcheck's schema test compares every input before/after with torch.allclose, which torch
-    2.13 does not implement for float8 on the CPU. Compare float8 tensors bit for bit instead
-    (stricter than allclose); every other dtype goes to the original."""
-    original = torch.allclose
-
-    def allclose(a, b, *args, **kwargs):
-        if a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and b.dtype == a.dtype:
-            return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-        return original(a, b, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "allclose", allclose)
-
-
 def _opcheck_case(clean):
     """clean_logits=False leaves out-of-window elements unspecified (uninitialised in a fresh
     output), which opcheck would compare: give every row the full key range then."""

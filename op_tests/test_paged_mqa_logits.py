@@ -424,20 +424,6 @@ def test_row_pitch_is_deepgemms(logits_dtype):
         assert fake.shape == out.shape and fake.stride() == out.stride() and fake.dtype == out.dtype
 
 
-@pytest.fixture
-def fp8_aware_allclose(monkeypatch):
-    """opcheck compares inputs before and after with torch.allclose, which torch 2.13 lacks for float8 on
-    the CPU: compare float8 tensors bit for bit instead."""
-    original = torch.allclose
-
-    def allclose(a, b, *args, **kwargs):
-        if a.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and b.dtype == a.dtype:
-            return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-        return original(a, b, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "allclose", allclose)
-
-
 def _op_args(args):
     return (args["q"], args["kv_cache"], args["weights"], args["context_lens"], args["block_table"],
             args["schedule_meta"], args["max_context_len"])

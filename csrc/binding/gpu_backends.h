@@ -37,14 +37,17 @@ struct GpuBackend {
                         void* stream);
 };
 
+// "{a, b, c}": a capabilities.h list as error messages quote it.
+template <size_t Count>
+std::string describe_list(const int (&values)[Count]) {
+  std::string text = "{";
+  for (size_t i = 0; i < Count; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
 template <size_t Heads, size_t HeadDims>
 std::string describe_served(const int (&heads)[Heads], const int (&head_dims)[HeadDims]) {
-  auto list = [](const int* values, size_t count) {
-    std::string text = "{";
-    for (size_t i = 0; i < count; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
-    return text + "}";
-  };
-  return "H in " + list(heads, Heads) + " and D in " + list(head_dims, HeadDims);
+  return "H in " + describe_list(heads) + " and D in " + describe_list(head_dims);
 }
 
 // The compiled GPU backends, in the order they are tried for a device.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "binding/gpu_backends.h"  // describe_list
 #include "common/fp8_paged_mqa_logits_params.h"
 
 #ifdef AITER_WITH_SM90
@@ -33,13 +34,6 @@ struct PagedGpuBackend {
                           void* stream);
   const char* (*launch)(const Fp8PagedMqaLogitsParams& params, int device_index, void* stream);
 };
-
-template <size_t Count>
-std::string describe_list(const int (&values)[Count]) {
-  std::string text = "{";
-  for (size_t i = 0; i < Count; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
-  return text + "}";
-}
 
 // The compiled GPU backends with a paged kernel, in the order they are tried for a device.
 inline const std::vector<PagedGpuBackend>& paged_gpu_backends() {

@@ -50,6 +50,7 @@
 // contraction of relu(.) * w + sum). The scale is applied before the relu, exactly as written, so the
 // CPU path does not even need the kv_scale > 0 precondition the device kernels rely on.
 #include "cpu/fp8_mqa_logits_cpu.h"
+#include "cpu/simd_lanes.h"
 
 #include "common/e4m3.h"
 #include "common/work_scheduler.h"
@@ -103,23 +104,7 @@ const uint16_t* e4m3_bf16_table() {
   return table.value;
 }
 
-template <int W>
-struct Simd;
-template <>
-struct Simd<16> {
-  typedef float floats __attribute__((vector_size(64)));
-  typedef int32_t ints __attribute__((vector_size(64)));
-};
-template <>
-struct Simd<8> {
-  typedef float floats __attribute__((vector_size(32)));
-  typedef int32_t ints __attribute__((vector_size(32)));
-};
-template <>
-struct Simd<4> {
-  typedef float floats __attribute__((vector_size(16)));
-  typedef int32_t ints __attribute__((vector_size(16)));
-};
+using cpu::Simd;
 
 // Chunk sizes of the chunked path (the tunables, or AITER_FP8_MQA_CPU_CHUNKS's).
 struct Chunks {

@@ -36,6 +36,7 @@
 #include "common/e4m3.h"
 #include "common/work_scheduler.h"
 #include "cpu/bf16_round.h"
+#include "cpu/simd_lanes.h"
 #include "cpu/simd_level.h"
 
 #include <ATen/Parallel.h>
@@ -63,22 +64,7 @@ using scheduler::ceil_div;
 constexpr int kHeadGroup = 4;  // heads whose accumulators share the registers of one micro-tile
 
 template <int W>
-struct Lanes;
-template <>
-struct Lanes<16> {
-  typedef float floats __attribute__((vector_size(64)));
-  typedef int32_t ints __attribute__((vector_size(64)));
-};
-template <>
-struct Lanes<8> {
-  typedef float floats __attribute__((vector_size(32)));
-  typedef int32_t ints __attribute__((vector_size(32)));
-};
-template <>
-struct Lanes<4> {
-  typedef float floats __attribute__((vector_size(16)));
-  typedef int32_t ints __attribute__((vector_size(16)));
-};
+using Lanes = cpu::Simd<W>;
 
 // A micro-tile of W x NV consecutive key lanes of a transposed K group.
 template <int W, int NV>
