@@ -74,12 +74,6 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define AITER_CPU_INLINE inline __attribute__((always_inline))
-#else
-#error "the CPU path uses GCC/Clang vector extensions"
-#endif
-
 namespace aiter {
 namespace {
 
@@ -205,25 +199,7 @@ Plan make_plan(const Fp8MqaLogitsParams& params, int64_t threads, int64_t depth,
   return plan;
 }
 
-// logits[k] += relu(scales[k] * acc[h][k]) * w[h] over the group's heads, h ascending.
-template <int W, int NV, int HG>
-AITER_CPU_INLINE void head_group_epilogue(const typename Simd<W>::floats (&acc)[HG][NV],
-                                          const float* __restrict scales, const float* __restrict w,
-                                          float* __restrict logits) {
-  typedef typename Simd<W>::floats vf;
-  typedef typename Simd<W>::ints vi;
-  for (int v = 0; v < NV; ++v) {
-    const vf scale = *reinterpret_cast<const vf*>(scales + v * W);
-    vf sum = *reinterpret_cast<const vf*>(logits + v * W);
-    for (int h = 0; h < HG; ++h) {
-      vf term = acc[h][v] * scale;
-      // relu, NaN kept
-      term = reinterpret_cast<vf>(reinterpret_cast<vi>(term) & ((term > vf{}) | (term != term)));
-      sum += term * (w[h] - vf{});
-    }
-    *reinterpret_cast<vf*>(logits + v * W) = sum;
-  }
-}
+using cpu::head_group_epilogue;
 
 // Operands as fp32: depth = D, acc += q * k, one key per lane (W lanes, NV vectors per tile).
 template <int W, int NV, int HG>

@@ -50,12 +50,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__GNUC__) || defined(__clang__)
-#define AITER_CPU_INLINE inline __attribute__((always_inline))
-#else
-#error "the CPU path uses GCC/Clang vector extensions"
-#endif
-
 namespace aiter {
 namespace {
 
@@ -72,7 +66,6 @@ struct MicroTile {
   static constexpr int kKeys = W * NV;
   static_assert(kPagedKeyGroup % kKeys == 0, "a key group holds whole micro-tiles");
   typedef typename Lanes<W>::floats vf;
-  typedef typename Lanes<W>::ints vi;
 
   // logits[k] += relu(scales[k] * sum_d q[h][d] * kt[d][k]) * w[h] for the HG heads from q (rows D
   // floats apart), h ascending; kt's rows are kPagedKeyGroup floats apart.
@@ -91,17 +84,7 @@ struct MicroTile {
         for (int v = 0; v < NV; ++v) acc[h][v] += qb * k[v];
       }
     }
-    for (int v = 0; v < NV; ++v) {
-      const vf scale = *reinterpret_cast<const vf*>(scales + v * W);
-      vf sum = *reinterpret_cast<const vf*>(logits + v * W);
-      for (int h = 0; h < HG; ++h) {
-        vf term = acc[h][v] * scale;
-        // relu that keeps a NaN (torch.relu does)
-        term = reinterpret_cast<vf>(reinterpret_cast<vi>(term) & ((term > vf{}) | (term != term)));
-        sum += term * (w[h] - vf{});
-      }
-      *reinterpret_cast<vf*>(logits + v * W) = sum;
-    }
+    cpu::head_group_epilogue<W, NV, HG>(acc, scales, w, logits);
   }
 
   // logits[0, kKeys) = the tile's logits over all H heads of one query row.
