@@ -71,11 +71,12 @@ static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= 65536, 
 
 // ---- The paged decode kernel (paged/kernel.cuh) ----------------------------------------------------
 // Math warpgroups: three, taking the 64-key tiles in turn, so that each one's MMA wait and epilogue
-// run under the others'. Decode is bound by the K bytes (64 keys x (D + 4) bytes per tile, ~8.4 KiB at
-// D = 128, of which an H200 SM moves ~18 bytes a cycle: ~470 cycles a tile), and one warpgroup's tile
-// takes about two such periods from the barrier wait to the last store; with two warpgroups the
-// H200 measured 2.0-2.5 TB/s (docs/performance.md). When a batch's next_n x H columns exceed one
-// wgmma's 128 (next_n = 4 at H = 64), the first two take every tile together, each two query rows.
+// run under the others'. Decode should be bound by the K bytes (64 keys x (D + 4) bytes per tile,
+// ~8.4 KiB at D = 128, of which an H200 SM moves ~18 bytes a cycle: ~470 cycles a tile). Two and
+// three measured the same on the H200 (2.0-2.5 TB/s, docs/performance.md): the limit is elsewhere,
+// not yet found; three keep the math off the critical path once it is. When a batch's next_n x H
+// columns exceed one wgmma's 128 (next_n = 4 at H = 64), the first two take every tile together,
+// each two query rows.
 constexpr int kPagedMathWarpgroups = 3;
 constexpr int kPagedSharingWarpgroups = 2;
 // K ring depth: 16 stages x 8 KiB keep ~130 KiB in flight per SM, above the ~64 KiB that the

@@ -14,13 +14,13 @@
 //   schedule_meta [num_shares + 1, 2] i32 from the metadata kernel (metadata.cuh): CTA p's share
 //   out          [B * next_n, max_context_len] f32 or bf16, row stride out_stride
 //
-// One CTA per share (the metadata's num_shares: the SM count), 384 threads in three roles:
+// One CTA per share (the metadata's num_shares: the SM count), 512 threads in three roles:
 //   warpgroup 0, warp 0      producer.cuh  per batch of the share: its Q tile into a slot, then its
 //                                          64-key tiles (64 / block_kv cache blocks each) into the ring
 //   warpgroup 0, warps 1-3   exact_rows.cuh rows that see 1..kExactKeys keys, on the CUDA cores, then
 //                            tails.cuh     the -inf columns past each batch's blocks (clean_logits)
-//   warpgroups 1-2           math.cuh      wgmma per tile (the tiles in turn, or both on every tile
-//                                          when next_n x H > 128), relu x w, head sum, store
+//   warpgroups 1-3           math.cuh      wgmma per tile (the tiles in turn, or the first two on every
+//                                          tile when next_n x H > 128), relu x w, head sum, store
 // Why this shape: decode reads every key once and computes little per byte, so the kernel is a K
 // stream: one CTA per SM keeps a deep TMA ring full, and the tensor cores and the epilogue only have
 // to keep up with it (tunables.h, the paged section).
