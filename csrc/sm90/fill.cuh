@@ -49,8 +49,8 @@ __device__ __forceinline__ void fill_row_run(Element* row, int begin, int end, i
 // Whether an output's rows take the 16-byte body: the base 16-byte aligned and the row stride a
 // whole number of vectors.
 template <typename Element>
-__device__ __forceinline__ bool rows_take_vectors(const KernelArgs& args) {
-  return reinterpret_cast<uintptr_t>(args.out) % 16 == 0 && args.out_stride % (16 / sizeof(Element)) == 0;
+__device__ __forceinline__ bool rows_take_vectors(const void* out, int64_t out_stride) {
+  return reinterpret_cast<uintptr_t>(out) % 16 == 0 && out_stride % (16 / sizeof(Element)) == 0;
 }
 
 // The fill units of a block are its column tiles outside the compute span (scheduler: fill unit u
@@ -78,7 +78,7 @@ __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem
   int64_t block = share.block;
   int64_t units_left = block < 0 ? 0 : share.units;
   int64_t unit = share.offset;
-  const bool vec_ok = rows_take_vectors<Element>(args);
+  const bool vec_ok = rows_take_vectors<Element>(args.out, args.out_stride);
   const int64_t blocks = Shape::num_blocks(args);
   while (units_left > 0 && block < blocks) {
     if (tid < Shape::kFillBatchBlocks * kRows) {
@@ -136,7 +136,7 @@ template <class Logits>
 __device__ void fill_compressed_tails(const KernelArgs& args, int tid) {
   using Element = typename Logits::Element;
   constexpr int kWarps = kFillThreads / 32;
-  const bool vec_ok = rows_take_vectors<Element>(args);
+  const bool vec_ok = rows_take_vectors<Element>(args.out, args.out_stride);
   const int lane = tid % 32;
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t m = int64_t(blockIdx.x) * kWarps + tid / 32; m < args.M; m += step) {

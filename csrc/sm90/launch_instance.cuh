@@ -81,16 +81,16 @@ bool make_row_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t bo
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// One flag per device and instance: the kernel's dynamic shared-memory limit is raised once per device.
+// One flag per device and kernel: the kernel's dynamic shared-memory limit is raised once per device.
 constexpr int kMaxDevices = 64;
 
-template <int H, int D, class Logits>
+template <auto kKernel>
 const char* reserve_shared_memory(int device_index, size_t smem) {
   static std::atomic<bool> reserved[kMaxDevices] = {};
   if (device_index < kMaxDevices && reserved[device_index].load(std::memory_order_acquire)) return nullptr;
-  if (cudaFuncSetAttribute(fp8_mqa_logits_sm90_kernel<H, D, Logits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess)
-    return "fp8_mqa_logits (sm90): cannot reserve the kernel's shared memory";
+  if (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
+      cudaSuccess)
+    return "sm90: cannot reserve the kernel's shared memory";
   if (device_index < kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
   return nullptr;
 }
@@ -106,7 +106,9 @@ const char* launch_instance(const LaunchContext& context) {
       !launch_detail::make_row_map<D>(&k_map, params.kv, static_cast<uint64_t>(params.N), kKeysPerTile))
     return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
   const size_t smem = sizeof(SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
-  if (const char* err = launch_detail::reserve_shared_memory<H, D, Logits>(context.device_index, smem)) return err;
+  if (const char* err = launch_detail::reserve_shared_memory<fp8_mqa_logits_sm90_kernel<H, D, Logits>>(
+          context.device_index, smem))
+    return err;
 
   int2* block_units = static_cast<int2*>(context.workspace);
   const int64_t blocks = (params.M + BlockShape<H>::kRowsPerBlock - 1) / BlockShape<H>::kRowsPerBlock;

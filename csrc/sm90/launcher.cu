@@ -20,15 +20,10 @@
 #include "sm90/plan.cuh"
 
 namespace aiter {
-namespace {
-
-constexpr int kMaxDevices = 64;
-
-}  // namespace
-
 namespace sm90 {
 
 int sm_count(int device_index) {
+  constexpr int kMaxDevices = 64;  // devices whose count is cached; others are asked every call
   static std::atomic<int> cached[kMaxDevices] = {};
   if (device_index >= 0 && device_index < kMaxDevices) {
     const int known = cached[device_index].load(std::memory_order_relaxed);

@@ -26,9 +26,7 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
 #ifdef AITER_SM90_PAGED_INSTANCE_FILE
 #include <cuda_bf16.h>
 
-#include <atomic>
-
-#include "sm90/launch_instance.cuh"  // launch_detail::encode_tiled, make_row_map
+#include "sm90/launch_instance.cuh"  // launch_detail: encode_tiled, make_row_map, reserve_shared_memory
 #include "sm90/paged/kernel.cuh"
 
 namespace aiter {
@@ -61,13 +59,9 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
     return "fp8_paged_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv_cache must be 16-byte aligned, "
            "and a cache block's stride a multiple of 16 bytes)";
   const size_t smem = sizeof(PagedSharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
-  static std::atomic<bool> reserved[launch_detail::kMaxDevices] = {};
-  if (device_index >= launch_detail::kMaxDevices || !reserved[device_index].load(std::memory_order_acquire)) {
-    if (cudaFuncSetAttribute(fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
-      return "fp8_paged_mqa_logits (sm90): cannot reserve the kernel's shared memory";
-    if (device_index < launch_detail::kMaxDevices) reserved[device_index].store(true, std::memory_order_release);
-  }
+  if (const char* err = launch_detail::reserve_shared_memory<fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>>(
+          device_index, smem))
+    return err;
   fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>
       <<<static_cast<unsigned>(params.num_shares), kPagedThreads, smem, stream>>>(q_map, k_map, params);
   const cudaError_t err = cudaGetLastError();
