@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
+#include "sm90/paged/schedule.cuh"  // kNoKeyLimit: the units count unclamped keys
 
 namespace aiter {
 namespace sm90 {
@@ -24,9 +25,8 @@ __global__ void __launch_bounds__(kMetadataThreads)
     paged_metadata_kernel(const int32_t* __restrict__ context_lens, int64_t batches, int64_t next_n, bool lens_per_row,
                           int64_t block_kv, int64_t num_shares, int32_t* __restrict__ schedule_meta) {
   __shared__ int64_t run_first[kMetadataThreads + 1];  // first unit of each thread's run; then the total
-  constexpr int64_t kNoLimit = int64_t(1) << 40;
   auto units = [&](int64_t b) {
-    return scheduler::ceil_div(scheduler::paged_batch_keys(context_lens, b, next_n, lens_per_row, kNoLimit), block_kv);
+    return scheduler::ceil_div(scheduler::paged_batch_keys(context_lens, b, next_n, lens_per_row, kNoKeyLimit), block_kv);
   };
   const int tid = threadIdx.x;
   const int64_t per_thread = scheduler::ceil_div(batches, kMetadataThreads);

@@ -36,7 +36,9 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
   int slot = 0, slot_phase = 0, seq = 0;
   for (int b = share.begin_batch; share.holds(b, args.batches); ++b) {
     const int64_t block_begin = share.first_block(b);
-    const int64_t block_end = min(share.last_block(b, metadata_units(args, b)), int64_t(visible_blocks(args, b)));
+    const int64_t batch_keys = unclamped_batch_keys(args, b);
+    const int64_t block_end = min(share.last_block(b, scheduler::ceil_div(batch_keys, args.block_kv)),
+                                  int64_t(visible_blocks(args, batch_keys)));
     if (block_begin >= block_end) continue;
     const int tile_begin = static_cast<int>(block_begin / blocks_per_tile);
     const int tile_end = static_cast<int>(scheduler::ceil_div(block_end, blocks_per_tile));

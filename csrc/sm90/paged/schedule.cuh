@@ -20,20 +20,18 @@ namespace paged {
 
 using PagedArgs = Fp8PagedMqaLogitsParams;
 
-// Cache blocks of batch b the kernel reads: those holding keys below the most keys a row of b sees,
-// clamped to max_context_len (the metadata's units count the unclamped keys: blocks past these are
-// neither read nor stored).
-__device__ __forceinline__ int visible_blocks(const PagedArgs& args, int64_t b) {
-  const int64_t keys =
-      scheduler::paged_batch_keys(args.context_lens, b, args.next_n, args.lens_per_row, args.max_context_len);
-  return static_cast<int>(scheduler::ceil_div(keys, args.block_kv));
+// The most keys a row of batch b sees before the max_context_len clamp: what the metadata's units
+// count (metadata.cuh), and with the clamp what the kernel reads.
+constexpr int64_t kNoKeyLimit = int64_t(1) << 40;
+__device__ __forceinline__ int64_t unclamped_batch_keys(const PagedArgs& args, int64_t b) {
+  return scheduler::paged_batch_keys(args.context_lens, b, args.next_n, args.lens_per_row, kNoKeyLimit);
 }
 
-// Units (cache blocks) the metadata counted for batch b: its unclamped keys.
-__device__ __forceinline__ int64_t metadata_units(const PagedArgs& args, int64_t b) {
-  const int64_t keys =
-      scheduler::paged_batch_keys(args.context_lens, b, args.next_n, args.lens_per_row, int64_t(1) << 40);
-  return scheduler::ceil_div(keys, args.block_kv);
+// Cache blocks the kernel reads of a batch with `batch_keys` (unclamped) keys: those below
+// max_context_len (the clamp commutes with the max over rows); blocks past them are neither read nor
+// stored.
+__device__ __forceinline__ int visible_blocks(const PagedArgs& args, int64_t batch_keys) {
+  return static_cast<int>(scheduler::ceil_div(min(batch_keys, args.max_context_len), args.block_kv));
 }
 
 // This CTA's share as a walk over batches: batch b's blocks [first, last) of the share.
