@@ -71,26 +71,31 @@ static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= 65536, 
 
 // ---- The paged decode kernel (paged/kernel.cuh) ----------------------------------------------------
 // Math warpgroups: three, taking the 64-key tiles in turn, so that each one's MMA wait and epilogue
-// run under the others'. Decode should be bound by the K bytes (64 keys x (D + 4) bytes per tile,
-// ~8.4 KiB at D = 128, of which an H200 SM moves ~18 bytes a cycle: ~470 cycles a tile). Two and
-// three measured the same on the H200 (2.0-2.5 TB/s, docs/performance.md): the limit is elsewhere,
-// not yet found; three keep the math off the critical path once it is. When a batch's next_n x H
-// columns exceed one wgmma's 128 (next_n = 4 at H = 64), the first two take every tile together,
-// each two query rows.
+// run under the others'. Decode is bound by the K bytes (64 keys x (D + 4) bytes per tile, ~8.4 KiB
+// at D = 128, of which an H200 SM moves ~18 bytes a cycle: ~470 cycles a tile). When a batch's
+// next_n x H columns exceed one wgmma's 128 (next_n = 4 at H = 64), the first two take every tile
+// together, each two query rows.
 constexpr int kPagedMathWarpgroups = 3;
 constexpr int kPagedSharingWarpgroups = 2;
-// K ring depth: 16 stages x 8 KiB keep ~130 KiB in flight per SM, above the ~64 KiB that the
+// K rings: one per math warpgroup's turn (tile seq goes to ring seq % 3), each filled by a producer
+// warp of its own. One producer warp issuing every tile measured ~770 cycles a tile on the H200 (ncu:
+// the math warps waited on full stages, the producer never on an empty one), 1.6x the K bytes' time.
+constexpr int kPagedRings = kPagedMathWarpgroups;
+// Stages per ring: 3 x 5 x 8 KiB keep ~120 KiB in flight per SM, above the ~64 KiB that the
 // bandwidth-latency product of one SM needs (32 GB/s per SM x ~2 us under load).
-constexpr int kPagedStages = 16;
+constexpr int kPagedStagesPerRing = 5;
+constexpr int kPagedStages = kPagedRings * kPagedStagesPerRing;
 // Q slots: the next batch's Q loads while the current one computes.
 constexpr int kPagedQSlots = 2;
-// One producer warpgroup (warp 0: TMA; warps 1-3: the exact rows, the -inf tails) and the math ones.
+// One producer warpgroup (warps 0-2: a ring each, warp 0 also the Q slots; warp 3: the exact rows
+// and the -inf tails) and the math ones.
 constexpr int kPagedThreads = 128 * (1 + kPagedMathWarpgroups);
 // setmaxnreg budgets, as the prefill kernel's: 128 x 80 + 384 x 144 = 65536; a math thread holds a
 // 64-float accumulator, up to 32 weights and a tile's partial sums.
 constexpr int kPagedProducerRegs = 80;
 constexpr int kPagedMathRegs = 144;
 static_assert(128 * kPagedProducerRegs + 128 * kPagedMathWarpgroups * kPagedMathRegs <= 65536, "register file");
+static_assert(kPagedRings < 4, "warp 3 of the producer warpgroup takes the exact rows and the tails");
 
 }  // namespace sm90
 }  // namespace aiter

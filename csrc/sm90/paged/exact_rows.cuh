@@ -22,18 +22,18 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-// The 96 threads of warps 1-3 (`tid`), on the rows r = CTA + k grid of all B * next_n rows.
+// Warp 3 of the producer warpgroup (`lane`), on the rows r = CTA + k grid of all B * next_n rows.
 template <int H, int D, int NEXT_N, typename Element>
-__device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem, int tid) {
+__device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem, int lane) {
   const int64_t rows = args.batches * NEXT_N;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t b = row / NEXT_N;
     const int j = static_cast<int>(row % NEXT_N);
     const int keys = static_cast<int>(scheduler::paged_row_keys(
         args.context_lens[args.lens_per_row ? row : b], NEXT_N, j, args.lens_per_row, args.max_context_len));
-    if (!is_exact_row(keys)) continue;  // uniform over the 96 threads
+    if (!is_exact_row(keys)) continue;  // uniform over the warp
     const int32_t* table_row = args.block_table + b * args.block_table_stride;
-    for (int term = tid; term < keys * H; term += kFillThreads) {
+    for (int term = lane; term < keys * H; term += 32) {
       const int key = term / H, head = term % H;
       const int64_t block = __ldg(table_row + key / args.block_kv);
       const uint8_t* key_row =
@@ -42,16 +42,16 @@ __device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem
                                          reinterpret_cast<const uint4*>(key_row), 0);
       smem.exact_part[key][head] = (dot + fabs(dot)) * __ldg(args.weights + row * args.weights_stride + head);
     }
-    fill_warps_sync();
-    if (tid < keys) {
+    __syncwarp();
+    if (lane < keys) {
       double sum = 0.0;
-      for (int head = 0; head < H; ++head) sum += smem.exact_part[tid][head];  // 2 relu(dot) w, in h order
-      const int64_t block = __ldg(table_row + tid / args.block_kv);
+      for (int head = 0; head < H; ++head) sum += smem.exact_part[lane][head];  // 2 relu(dot) w, in h order
+      const int64_t block = __ldg(table_row + lane / args.block_kv);
       const float scale = *reinterpret_cast<const float*>(args.kv_cache + block * args.kv_block_stride +
-                                                          args.block_kv * D + 4 * (tid % args.block_kv));
-      store_logit(static_cast<Element*>(args.out) + row * args.out_stride + tid, static_cast<float>(0.5 * sum * scale));
+                                                          args.block_kv * D + 4 * (lane % args.block_kv));
+      store_logit(static_cast<Element*>(args.out) + row * args.out_stride + lane, static_cast<float>(0.5 * sum * scale));
     }
-    fill_warps_sync();  // before the next row overwrites exact_part
+    __syncwarp();  // before the next row overwrites exact_part
   }
 }
 

@@ -15,14 +15,15 @@
 //   out          [B * next_n, max_context_len] f32 or bf16, row stride out_stride
 //
 // One CTA per share (the metadata's num_shares: the SM count), 512 threads in three roles:
-//   warpgroup 0, warp 0      producer.cuh  per batch of the share: its Q tile into a slot, then its
-//                                          64-key tiles (64 / block_kv cache blocks each) into the ring
-//   warpgroup 0, warps 1-3   exact_rows.cuh rows that see 1..kExactKeys keys, on the CUDA cores, then
+//   warpgroup 0, warps 0-2   producer.cuh  per batch of the share: its Q tile into a slot (warp 0), its
+//                                          64-key tiles (64 / block_kv cache blocks each) into the
+//                                          rings, warp r the tiles of ring r (every third)
+//   warpgroup 0, warp 3      exact_rows.cuh rows that see 1..kExactKeys keys, on the CUDA cores, then
 //                            tails.cuh     the -inf columns past each batch's blocks (clean_logits)
 //   warpgroups 1-3           math.cuh      wgmma per tile (the tiles in turn, or the first two on every
 //                                          tile when next_n x H > 128), relu x w, head sum, store
 // Why this shape: decode reads every key once and computes little per byte, so the kernel is a K
-// stream: one CTA per SM keeps a deep TMA ring full, and the tensor cores and the epilogue only have
+// stream: one CTA per SM keeps deep TMA rings full, and the tensor cores and the epilogue only have
 // to keep up with it (tunables.h, the paged section).
 #pragma once
 #include <cuda.h>
@@ -55,11 +56,12 @@ __global__ void __launch_bounds__(kPagedThreads, 1)
   __syncthreads();
   if (warpgroup == 0) {
     setmaxnreg_dec<kPagedProducerRegs>();
-    if (threadIdx.x < 32) {
-      produce_paged<H, D, NEXT_N>(args, smem, &q_map, &k_map);
+    const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+    if (warp < kPagedRings) {
+      produce_paged<H, D, NEXT_N>(args, smem, &q_map, &k_map, warp);
     } else {
-      exact_paged_rows<H, D, NEXT_N, Element>(args, smem, threadIdx.x - 32);
-      if (args.clean_logits) fill_paged_tails<Element>(args, threadIdx.x - 32);
+      exact_paged_rows<H, D, NEXT_N, Element>(args, smem, threadIdx.x % 32);
+      if (args.clean_logits) fill_paged_tails<Element>(args, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<kPagedMathRegs>();

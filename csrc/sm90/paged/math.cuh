@@ -68,13 +68,20 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
         weights[2 * g + c] = __ldg(args.weights + row * args.weights_stride + col % H);
       }
 
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
+    // Whose tiles: every third in turn (seq = first_seq + tile - tile_begin, warpgroup seq % 3), or
+    // every tile for the sharing warpgroups (the others pass).
+    int tile = tile_begin, tile_step = 1;
+    if (!Shape::kSharedTiles) {
+      tile += (math_warpgroup + kPagedMathWarpgroups - first_seq % kPagedMathWarpgroups) % kPagedMathWarpgroups;
+      tile_step = kPagedMathWarpgroups;
+    } else if (math_warpgroup >= kPagedSharingWarpgroups) {
+      tile = tile_end;
+    }
+    for (; tile < tile_end; tile += tile_step) {
       const int seq = first_seq + (tile - tile_begin);
-      // Whose tile: in turn, or the sharing warpgroups' together (the others pass).
-      if (Shape::kSharedTiles ? math_warpgroup >= kPagedSharingWarpgroups : seq % kPagedMathWarpgroups != math_warpgroup)
-        continue;
-      const int stage = seq % kPagedStages;
-      mbar_wait(&smem.k_full[stage], (seq / kPagedStages) & 1);
+      const RingStage where = ring_stage(seq);
+      const int stage = where.stage;
+      mbar_wait(&smem.k_full[stage], where.phase);
       fence_accumulators(acc);
       wgmma_fence();
 #pragma unroll

@@ -1,5 +1,6 @@
-// The paged decode kernel's producer warp: for each batch of the CTA's share, its Q tile into a slot,
-// then its 64-key tiles of cache blocks and their scales into the K ring.
+// The paged decode kernel's producer warps: for each batch of the CTA's share, its Q tile into a slot
+// (warp 0), and its 64-key tiles of cache blocks and their scales into the K rings (warp r fills
+// ring r: the tiles with seq % kPagedRings == r).
 //
 //   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
 //
@@ -11,7 +12,8 @@
 //   block_table [B, max_blocks] int32, context_lens (schedule.cuh)
 // A tile is 64 / block_kv consecutive blocks of the batch (tile t = keys [64 t, 64 t + 64)); blocks
 // outside the share are not loaded (their rows of the stage stay stale and are never stored).
-// Why a warp of its own: TMA issue and the block-table loads never wait on the math.
+// Why warps of their own, three of them: TMA issue and the block-table loads never wait on the math,
+// and one warp's issue of ~160 instructions a tile was slower than the K bytes (tunables.h).
 #pragma once
 #include <cuda.h>
 #include <cstdint>
@@ -24,77 +26,108 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
+// One producer warp's cache blocks of a batch: its tiles first_tile, first_tile + kPagedRings, ...
+// below tile_end, each blocks_per_tile blocks, of which those in [block_begin, block_end) are loaded.
+// Its k-th block is block_of(k); the block ids go 32 to a window (lane i holds block_of(base + i)),
+// the next window's loads issued when a window is taken up, so they are in flight a window ahead.
+struct WarpBlocks {
+  const int32_t* table_row;
+  int first_tile, log_blocks_per_tile, block_begin, block_end, count;
+
+  __device__ int block_of(int k) const {
+    const int tile = first_tile + kPagedRings * (k >> log_blocks_per_tile);
+    return (tile << log_blocks_per_tile) + (k & ((1 << log_blocks_per_tile) - 1));
+  }
+  __device__ int load_ids(int base, int lane) const {
+    const int block = block_of(base + lane);
+    return base + lane < count && block >= block_begin && block < block_end ? __ldg(table_row + block) : 0;
+  }
+};
+
 template <int H, int D, int NEXT_N>
 __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, const CUtensorMap* q_map,
-                              const CUtensorMap* k_map) {
+                              const CUtensorMap* k_map, int ring) {
   using Shape = PagedShape<H, D, NEXT_N>;
   const int lane = threadIdx.x % 32;
   const int block_kv = static_cast<int>(args.block_kv);
-  const int blocks_per_tile = kKeysPerTile / block_kv;
+  const int log_blocks_per_tile = __ffs(kKeysPerTile / block_kv) - 1;  // block_kv in {16, 32, 64}
   const uint32_t block_bytes = static_cast<uint32_t>(block_kv) * (D + 4);
   const ShareWalk share = ShareWalk::of_cta(args);
   int slot = 0, slot_phase = 0, seq = 0;
   for (int b = share.begin_batch; share.holds(b, args.batches); ++b) {
-    const int64_t block_begin = share.first_block(b);
     const int64_t batch_keys = unclamped_batch_keys(args, b);
-    const int64_t block_end = min(share.last_block(b, scheduler::ceil_div(batch_keys, args.block_kv)),
-                                  int64_t(visible_blocks(args, batch_keys)));
+    const int block_begin = static_cast<int>(share.first_block(b));
+    const int block_end = static_cast<int>(min(share.last_block(b, scheduler::ceil_div(batch_keys, args.block_kv)),
+                                               int64_t(visible_blocks(args, batch_keys))));
     if (block_begin >= block_end) continue;
-    const int tile_begin = static_cast<int>(block_begin / blocks_per_tile);
-    const int tile_end = static_cast<int>(scheduler::ceil_div(block_end, blocks_per_tile));
+    const int tile_begin = block_begin >> log_blocks_per_tile;
+    const int tile_end = (block_end + (1 << log_blocks_per_tile) - 1) >> log_blocks_per_tile;
+    if (ring == 0) {
+      mbar_wait(&smem.q_empty[slot], slot_phase ^ 1);
+      if (lane == 0) {
+        SlotBatch& facts = smem.slot[slot];
+        facts.batch = b;
+        facts.tile_begin = tile_begin;
+        facts.tile_end = tile_end;
+        facts.key_begin = block_begin * block_kv;
+        facts.key_end = static_cast<int>(min(int64_t(block_end) * block_kv, args.max_context_len));
+        facts.first_seq = seq;
+#pragma unroll
+        for (int j = 0; j < NEXT_N; ++j)
+          facts.row_keys[j] = static_cast<int>(scheduler::paged_row_keys(
+              args.context_lens[args.lens_per_row ? b * NEXT_N + j : b], NEXT_N, j, args.lens_per_row,
+              args.max_context_len));
+        mbar_arrive_expect_tx(&smem.q_full[slot], Shape::kQTileBytes);  // releases the facts above
+        tma_load_2d(smem.q[slot], q_map, &smem.q_full[slot], 0, b * Shape::kCols);
+      }
+      slot = slot + 1 == kPagedQSlots ? 0 : slot + 1;
+      slot_phase ^= slot == 0;
+    }
+    // This warp's tiles of the batch: those whose seq = seq + (tile - tile_begin) falls to its ring.
+    WarpBlocks blocks;
+    blocks.table_row = args.block_table + int64_t(b) * args.block_table_stride;
+    blocks.first_tile = tile_begin + (ring + kPagedRings - seq % kPagedRings) % kPagedRings;
+    blocks.log_blocks_per_tile = log_blocks_per_tile;
+    blocks.block_begin = block_begin;
+    blocks.block_end = block_end;
+    const int tiles = blocks.first_tile < tile_end ? (tile_end - blocks.first_tile + kPagedRings - 1) / kPagedRings : 0;
+    blocks.count = tiles << log_blocks_per_tile;
+    int window = 0;
+    int ids = blocks.load_ids(0, lane);
+    int next_ids = blocks.load_ids(32, lane);
+    for (int i = 0; i < tiles; ++i) {
+      const int tile = blocks.first_tile + kPagedRings * i;
+      const RingStage where = ring_stage(seq + (tile - tile_begin));
+      const int first = max(tile << log_blocks_per_tile, block_begin);
+      const int last = min((tile + 1) << log_blocks_per_tile, block_end);
+      mbar_wait(&smem.k_empty[where.stage], where.phase ^ 1);
+      if (lane == 0)
+        mbar_arrive_expect_tx(&smem.k_full[where.stage], static_cast<uint32_t>(last - first) * block_bytes);
+      for (int block = first; block < last; ++block) {
+        const int k = (i << log_blocks_per_tile) + (block - (tile << log_blocks_per_tile));
+        if (k >= window + 32) {  // the next window (warp-uniform); blocks_per_tile divides 32
+          window += 32;
+          ids = next_ids;
+          next_ids = blocks.load_ids(window + 32, lane);
+        }
+        const int id = __shfl_sync(0xffffffffu, ids, k - window);
+        if (lane == 0) {
+          const int slot_in_tile = block - (tile << log_blocks_per_tile);
+          tma_load_3d(smem.k[where.stage] + slot_in_tile * block_kv * D, k_map, &smem.k_full[where.stage], 0, 0, id);
+          bulk_copy_to_shared(&smem.scale[where.stage][slot_in_tile * block_kv],
+                              args.kv_cache + int64_t(id) * args.kv_block_stride + int64_t(block_kv) * D,
+                              static_cast<uint32_t>(block_kv) * 4, &smem.k_full[where.stage]);
+        }
+      }
+    }
+    seq += tile_end - tile_begin;
+  }
+  if (ring == 0) {  // sentinel: no further batch
     mbar_wait(&smem.q_empty[slot], slot_phase ^ 1);
     if (lane == 0) {
-      SlotBatch& facts = smem.slot[slot];
-      facts.batch = b;
-      facts.tile_begin = tile_begin;
-      facts.tile_end = tile_end;
-      facts.key_begin = static_cast<int>(block_begin * block_kv);
-      facts.key_end = static_cast<int>(min(block_end * block_kv, args.max_context_len));
-      facts.first_seq = seq;
-#pragma unroll
-      for (int j = 0; j < NEXT_N; ++j)
-        facts.row_keys[j] = static_cast<int>(scheduler::paged_row_keys(
-            args.context_lens[args.lens_per_row ? b * NEXT_N + j : b], NEXT_N, j, args.lens_per_row,
-            args.max_context_len));
-      mbar_arrive_expect_tx(&smem.q_full[slot], Shape::kQTileBytes);  // releases the facts above
-      tma_load_2d(smem.q[slot], q_map, &smem.q_full[slot], 0, b * Shape::kCols);
+      smem.slot[slot].batch = -1;
+      mbar_arrive(&smem.q_full[slot]);
     }
-    slot = slot + 1 == kPagedQSlots ? 0 : slot + 1;
-    slot_phase ^= slot == 0;
-    // The batch's block ids, 32 at a time (one per lane), ahead of the tiles that need them.
-    const int32_t* table_row = args.block_table + int64_t(b) * args.block_table_stride;
-    int64_t ids_base = block_begin;
-    int ids = ids_base + lane < block_end ? __ldg(table_row + ids_base + lane) : 0;
-    for (int tile = tile_begin; tile < tile_end; ++tile, ++seq) {
-      const int stage = seq % kPagedStages;
-      const int64_t first = max(int64_t(tile) * blocks_per_tile, block_begin);
-      const int64_t last = min(int64_t(tile + 1) * blocks_per_tile, block_end);
-      if (lane == 0) {
-        mbar_wait(&smem.k_empty[stage], ((seq / kPagedStages) & 1) ^ 1);
-        mbar_arrive_expect_tx(&smem.k_full[stage], static_cast<uint32_t>(last - first) * block_bytes);
-      }
-      for (int64_t block = first; block < last; ++block) {
-        if (block >= ids_base + 32) {  // the next 32 ids (warp-uniform)
-          ids_base = block;
-          ids = ids_base + lane < block_end ? __ldg(table_row + ids_base + lane) : 0;
-        }
-        const int id = __shfl_sync(0xffffffffu, ids, static_cast<int>(block - ids_base));
-        if (lane == 0) {
-          const int slot_in_tile = static_cast<int>(block - int64_t(tile) * blocks_per_tile);
-          tma_load_3d(smem.k[stage] + slot_in_tile * block_kv * D, k_map, &smem.k_full[stage], 0, 0, id);
-          bulk_copy_to_shared(&smem.scale[stage][slot_in_tile * block_kv],
-                              args.kv_cache + int64_t(id) * args.kv_block_stride + int64_t(block_kv) * D,
-                              static_cast<uint32_t>(block_kv) * 4, &smem.k_full[stage]);
-        }
-      }
-      __syncwarp();
-    }
-  }
-  // Sentinel: no further batch.
-  mbar_wait(&smem.q_empty[slot], slot_phase ^ 1);
-  if (lane == 0) {
-    smem.slot[slot].batch = -1;
-    mbar_arrive(&smem.q_full[slot]);
   }
 }
 

@@ -5,7 +5,9 @@
 // What lives here, per CTA (one CTA per share of the schedule):
 //   q[slot]      a batch's Q tile: next_n x H rows (row, head) of D e4m3 bytes, by TMA with the
 //                D-byte swizzle wgmma reads (kPagedQSlots slots, a ring: producer -> math)
-//   k[stage]     a 64-key tile of cache blocks: 64 rows of D e4m3 bytes, same swizzle (kPagedStages)
+//   k[stage]     a 64-key tile of cache blocks: 64 rows of D e4m3 bytes, same swizzle; the stages
+//                form kPagedRings rings of kPagedStagesPerRing (ring_stage: tile seq -> ring seq % 3),
+//                each filled in order by its own producer warp
 //   scale[stage] the tile's 64 kv scales (float32), copied from the blocks' scale areas
 //   the slot's batch facts: which batch, the tiles and keys this CTA computes of it, and each row's
 //   visible keys; the exact path's per-(key, head) terms (exact_rows.cuh)
@@ -48,6 +50,18 @@ struct PagedSharedStorage {
   uint64_t k_empty[kPagedStages];
 };
 
+// Where the CTA's tile `seq` lives: ring seq % kPagedRings, the ring's stages in turn, and the parity
+// of the stage's use (each ring has one producer and its consumers in order, so parity suffices).
+struct RingStage {
+  int stage;
+  uint32_t phase;
+};
+__device__ __forceinline__ RingStage ring_stage(int seq) {
+  const int ring = seq % kPagedRings, round = seq / kPagedRings;
+  return RingStage{ring * kPagedStagesPerRing + round % kPagedStagesPerRing,
+                   static_cast<uint32_t>(round / kPagedStagesPerRing) & 1u};
+}
+
 __device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_smem) {
   const uint32_t align_pad = (1024 - (smem_addr(dynamic_smem) & 1023)) & 1023;
   return *reinterpret_cast<PagedSharedStorage*>(dynamic_smem + align_pad);
@@ -56,7 +70,7 @@ __device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_sm
 // The barriers, by one thread before the first __syncthreads:
 //   q_full[slot]   the producer's arrival (after the slot's facts, released) plus the Q tile's bytes
 //   q_empty[slot]  one arrival per math warp after the batch: the slot may be refilled
-//   k_full[stage]  the producer's arrival plus the tile's K and scale bytes
+//   k_full[stage]  its ring's producer's arrival plus the tile's K and scale bytes
 //   k_empty[stage] one arrival per warp that consumed the stage (one warpgroup, or both)
 __device__ __forceinline__ void init_paged_barriers(PagedSharedStorage& smem, int stage_consumers) {
   for (int slot = 0; slot < kPagedQSlots; ++slot) {
