@@ -25,11 +25,50 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
+// The quad's (key, row) sums as lanes hold them after the reduce-scatter below: output o = i kRows + r
+// (key i of the thread's two, row r) ends in lane o % 4 as its slot o / 4; two outputs (one row) go
+// to lanes 0 and 1 (and their copies in lanes 2 and 3, which do not store).
+template <int kRows>
+struct QuadOutputs {
+  static constexpr int kCount = 2 * kRows;
+  static constexpr int kSlots = kCount >= 4 ? kCount / 4 : 1;  // outputs a lane holds
+  __device__ static int output(int quad_lane, int slot) { return kCount >= 4 ? 4 * slot + quad_lane : quad_lane % 2; }
+  __device__ static bool stores(int quad_lane) { return kCount >= 4 || quad_lane < 2; }
+};
+
+// Sums each output over the quad and leaves it in its lane: per halving step a lane sends the half of
+// its partials its partner keeps (2 SEL, 1 SHFL, 1 FADD per pair), log2 steps instead of a full
+// butterfly per output.
+template <int kCount>
+__device__ __forceinline__ void quad_reduce_scatter(float (&part)[kCount], int quad_lane) {
+  if constexpr (kCount >= 2) {  // step 1: outputs with (o & 1) == (lane & 1) stay
+    const bool odd = quad_lane & 1;
+#pragma unroll
+    for (int k = 0; k < kCount / 2; ++k) {
+      const float send = odd ? part[2 * k] : part[2 * k + 1];
+      const float keep = odd ? part[2 * k + 1] : part[2 * k];
+      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);  // now output 2k + (lane & 1)
+    }
+  }
+  if constexpr (kCount >= 4) {  // step 2: of those, (o & 2) == (lane & 2) stay
+    const bool high = quad_lane & 2;
+#pragma unroll
+    for (int k = 0; k < kCount / 4; ++k) {
+      const float send = high ? part[2 * k] : part[2 * k + 1];
+      const float keep = high ? part[2 * k + 1] : part[2 * k];
+      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2);  // now output 4k + lane
+    }
+  } else {
+    part[0] += __shfl_xor_sync(0xffffffffu, part[0], 2);
+  }
+}
+
 template <int H, int D, int NEXT_N, typename Element>
 __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
   using Shape = PagedShape<H, D, NEXT_N>;
   constexpr int kRows = Shape::kWgRows;
   constexpr int kFragGroups = Shape::kWgCols / 8;  // accumulator column groups holding real columns
+  using Outputs = QuadOutputs<kRows>;
   const int lane = threadIdx.x % 32;
   const int warp_in_warpgroup = (threadIdx.x / 32) % 4;
   const int quad_lane = lane % 4;
@@ -41,8 +80,18 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
   const uint32_t k_lo0 = static_cast<uint32_t>(desc_k0), q_lo0 = static_cast<uint32_t>(desc_q0);
   constexpr uint32_t kStageStride = sizeof(smem.k[0]) >> 4, kSlotStride = sizeof(smem.q[0]) >> 4;
   const float neg_inf = __int_as_float(0xff800000);
+  // The (key, row) outputs this lane stores, fixed for the kernel: key_in_tile and row.
+  int out_key_in_tile[Outputs::kSlots], out_row[Outputs::kSlots];
+#pragma unroll
+  for (int s = 0; s < Outputs::kSlots; ++s) {
+    const int o = Outputs::output(quad_lane, s);
+    out_key_in_tile[s] = 16 * warp_in_warpgroup + lane / 4 + 8 * (o / kRows);
+    out_row[s] = first_row + o % kRows;
+  }
+  const bool lane_stores = Outputs::stores(quad_lane);
 
   float acc[Shape::kWgCols / 2];
+  RingCursor cursor = RingCursor::first_of(math_warpgroup);  // the turn order's walk (not shared tiles)
   int slot = 0, slot_phase = 0;
   for (;;) {
     mbar_wait(&smem.q_full[slot], slot_phase);
@@ -54,9 +103,18 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
     const int tile_end = __shfl_sync(0xffffffffu, facts.tile_end, 0);
     const int first_seq = __shfl_sync(0xffffffffu, facts.first_seq, 0);
     const int key_begin = facts.key_begin, key_end = facts.key_end;
-    int row_keys[kRows];
+    // This lane's outputs in the batch: their rows' visible keys, where a row's logits start, and
+    // whether the exact path owns the row's values (exact_rows.cuh).
+    int out_keys[Outputs::kSlots];
+    bool out_exact[Outputs::kSlots];
+    Element* out_base[Outputs::kSlots];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) row_keys[r] = facts.row_keys[first_row + r];
+    for (int s = 0; s < Outputs::kSlots; ++s) {
+      out_keys[s] = facts.row_keys[out_row[s]];
+      out_exact[s] = is_exact_row(out_keys[s]);
+      out_base[s] = static_cast<Element*>(args.out) + (int64_t(batch) * NEXT_N + out_row[s]) * args.out_stride +
+                    out_key_in_tile[s];
+    }
     // This thread's weights: columns 8 g + 2 q + c of its rows.
     float weights[2 * kFragGroups];
 #pragma unroll
@@ -78,8 +136,13 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
       tile = tile_end;
     }
     for (; tile < tile_end; tile += tile_step) {
-      const int seq = first_seq + (tile - tile_begin);
-      const RingStage where = ring_stage(seq);
+      RingStage where;
+      if (Shape::kSharedTiles) {
+        where = ring_stage(first_seq + (tile - tile_begin));
+      } else {
+        where = cursor.at;
+        cursor.advance();
+      }
       const int stage = where.stage;
       mbar_wait(&smem.k_full[stage], where.phase);
       fence_accumulators(acc);
@@ -91,24 +154,17 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(acc);
-      // This thread's two keys of the tile, and their scales (halved: the relu's 2), before the
-      // stage is released.
-      int key_in_tile[2];
-      float half_scale[2];
+      // The scales of this lane's output keys (halved: the relu's 2), before the stage is released.
+      float half_scale[Outputs::kSlots];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        key_in_tile[i] = 16 * warp_in_warpgroup + lane / 4 + 8 * i;
-        half_scale[i] = 0.5f * smem.scale[stage][key_in_tile[i]];
-      }
+      for (int s = 0; s < Outputs::kSlots; ++s) half_scale[s] = 0.5f * smem.scale[stage][out_key_in_tile[s]];
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.k_empty[stage]);
 
-      // relu x w into one partial per (key, row), then the sum over the quad's heads.
-      float part[2][kRows];
+      // relu x w into one partial per (key i, row r), output i kRows + r; then the quad's sums.
+      float part[Outputs::kCount];
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) part[i][r] = 0.f;
+      for (int o = 0; o < Outputs::kCount; ++o) part[o] = 0.f;
 #pragma unroll
       for (int g = 0; g < kFragGroups; ++g)
 #pragma unroll
@@ -116,31 +172,19 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const float x = acc[4 * g + 2 * i + c];
-            float& sum = part[i][(8 * g) / H];
+            float& sum = part[i * kRows + (8 * g) / H];
             sum = fmaf(x + fabsf(x), weights[2 * g + c], sum);
           }
+      quad_reduce_scatter(part, quad_lane);
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          part[i][r] += __shfl_xor_sync(0xffffffffu, part[i][r], 1);
-          part[i][r] += __shfl_xor_sync(0xffffffffu, part[i][r], 2);
-        }
-      // Each (key, row) output is stored by one lane of the quad: output k = i kRows + r by lane k % 4.
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int key = tile * kKeysPerTile + key_in_tile[i];
+      for (int s = 0; s < Outputs::kSlots; ++s) {
+        const int key = tile * kKeysPerTile + out_key_in_tile[s];
         const bool in_share = key >= key_begin && key < key_end;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (((i * kRows + r) & 3) != quad_lane) continue;
-          const bool visible = key < row_keys[r];
-          const float value = visible ? part[i][r] * half_scale[i] : neg_inf;
-          const int64_t row = int64_t(batch) * NEXT_N + first_row + r;
-          Element* const out = static_cast<Element*>(args.out) + row * args.out_stride + key;
-          // A row of 1..kExactKeys keys gets its values from the exact path (exact_rows.cuh).
-          store_if(out, value, in_share && (visible ? !is_exact_row(row_keys[r]) : args.clean_logits));
-        }
+        const bool visible = key < out_keys[s];
+        const float value = visible ? part[s] * half_scale[s] : neg_inf;
+        // A row of 1..kExactKeys keys gets its values from the exact path (exact_rows.cuh).
+        store_if(out_base[s] + tile * kKeysPerTile, value,
+                 lane_stores && in_share && (visible ? !out_exact[s] : args.clean_logits));
       }
     }
     __syncwarp();

@@ -54,6 +54,7 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
   const uint32_t block_bytes = static_cast<uint32_t>(block_kv) * (D + 4);
   const ShareWalk share = ShareWalk::of_cta(args);
   int slot = 0, slot_phase = 0, seq = 0;
+  RingCursor cursor = RingCursor::first_of(ring);
   for (int b = share.begin_batch; share.holds(b, args.batches); ++b) {
     const int64_t batch_keys = unclamped_batch_keys(args, b);
     const int block_begin = static_cast<int>(share.first_block(b));
@@ -97,7 +98,8 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
     int next_ids = blocks.load_ids(32, lane);
     for (int i = 0; i < tiles; ++i) {
       const int tile = blocks.first_tile + kPagedRings * i;
-      const RingStage where = ring_stage(seq + (tile - tile_begin));
+      const RingStage where = cursor.at;
+      cursor.advance();
       const int first = max(tile << log_blocks_per_tile, block_begin);
       const int last = min((tile + 1) << log_blocks_per_tile, block_end);
       mbar_wait(&smem.k_empty[where.stage], where.phase ^ 1);

@@ -61,6 +61,19 @@ __device__ __forceinline__ RingStage ring_stage(int seq) {
   return RingStage{ring * kPagedStagesPerRing + round % kPagedStagesPerRing,
                    static_cast<uint32_t>(round / kPagedStagesPerRing) & 1u};
 }
+// The same walk one ring at a time: a ring's producer, and its math warpgroup when the warpgroups
+// take the tiles in turn, meet every tile of the ring in order, so the stage steps by one (no
+// division by 3 and 5 per tile).
+struct RingCursor {
+  RingStage at;
+  __device__ static RingCursor first_of(int ring) { return RingCursor{RingStage{ring * kPagedStagesPerRing, 0u}}; }
+  __device__ void advance() {
+    if (++at.stage % kPagedStagesPerRing == 0) {
+      at.stage -= kPagedStagesPerRing;
+      at.phase ^= 1u;
+    }
+  }
+};
 
 __device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_smem) {
   const uint32_t align_pad = (1024 - (smem_addr(dynamic_smem) & 1023)) & 1023;
