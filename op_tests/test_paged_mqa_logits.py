@@ -167,6 +167,21 @@ def test_kv_cache_with_padded_blocks(device):
                 call(dict(args, kv_cache=odd), clean_logits=True)
 
 
+@pytest.mark.parametrize("pad", [1, 4], ids=["rows-unaligned", "rows-aligned"])
+def test_weights_with_padded_rows(device, pad):
+    """weights as a view with row stride H + pad (a slice of a wider buffer): rows 16-byte aligned go to
+    the sm90 kernel's Q slots by bulk copies, unaligned ones are read by the math threads; both give
+    the contiguous result, bit for bit, on every backend."""
+    require_kernel(device, 32, 128, 64, 2)
+    args = make_paged_case([300, 65, 7, 128], 2, 32, 128, 64, seed=pad, device=device)
+    weights = args["weights"]
+    wide = torch.full((weights.shape[0], weights.shape[1] + pad), float("nan"), device=device)
+    wide[:, : weights.shape[1]] = weights
+    padded = wide[:, : weights.shape[1]]
+    assert padded.stride(0) == weights.shape[1] + pad
+    assert torch.equal(call(dict(args, weights=padded), clean_logits=True), call(args, clean_logits=True))
+
+
 def test_twenty_launches_are_bitwise_identical(device):
     require_kernel(device, 64, 128, 64, 2)
     args = make_paged_case([700, 1, 0, 129, 64], 2, 64, 128, 64, seed=9, device=device)

@@ -9,7 +9,7 @@
 // Accumulator fragment (per thread, N / 2 floats), warp wi, lane l, quad lane q = l % 4:
 //   d[4 j + 2 i + c] = S[key = 16 wi + l / 4 + 8 i][col = 8 j + 2 q + c]
 //   col -> (row r = col / H of this warpgroup's rows, head = col % H)
-// Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch; out
+// Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch (from the Q slot, storage.cuh); out
 // [B * next_n, max_context_len] f32 or bf16 (row stride out_stride), written.
 // kv scale > 0 (a precondition), so it is applied after the head sum: relu(s x) = s relu(x); relu(x)
 // is (x + |x|) / 2 with the 1/2 folded into the scale (one FADD instead of an FMNMX).
@@ -89,6 +89,7 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
     out_row[s] = first_row + o % kRows;
   }
   const bool lane_stores = Outputs::stores(quad_lane);
+  const bool weights_in_slot = weights_in_slots(args);
 
   float acc[Shape::kWgCols / 2];
   RingCursor cursor = RingCursor::first_of(math_warpgroup);  // the turn order's walk (not shared tiles)
@@ -115,7 +116,7 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
       out_base[s] = static_cast<Element*>(args.out) + (int64_t(batch) * NEXT_N + out_row[s]) * args.out_stride +
                     out_key_in_tile[s];
     }
-    // This thread's weights: columns 8 g + 2 q + c of its rows.
+    // This thread's weights: columns 8 g + 2 q + c of its rows, from the Q slot (or global memory).
     float weights[2 * kFragGroups];
 #pragma unroll
     for (int g = 0; g < kFragGroups; ++g)
@@ -123,7 +124,8 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
       for (int c = 0; c < 2; ++c) {
         const int col = 8 * g + 2 * quad_lane + c;
         const int64_t row = int64_t(batch) * NEXT_N + first_row + col / H;
-        weights[2 * g + c] = __ldg(args.weights + row * args.weights_stride + col % H);
+        weights[2 * g + c] = weights_in_slot ? smem.weights[slot][first_row * H + col]
+                                             : __ldg(args.weights + row * args.weights_stride + col % H);
       }
 
     // Whose tiles: every third in turn (seq = first_seq + tile - tile_begin, warpgroup seq % 3), or

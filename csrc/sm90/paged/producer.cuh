@@ -12,6 +12,7 @@
 //   block_table [B, max_blocks] int32, context_lens (schedule.cuh)
 // A tile is 64 / block_kv consecutive blocks of the batch (tile t = keys [64 t, 64 t + 64)); blocks
 // outside the share are not loaded (their rows of the stage stay stale and are never stored).
+//   weights   [B * next_n, H] f32: batch b's rows into its Q slot by bulk copies (storage.cuh)
 // Why warps of their own, three of them: TMA issue and the block-table loads never wait on the math,
 // and one warp's issue of ~160 instructions a tile was slower than the K bytes (tunables.h).
 #pragma once
@@ -53,6 +54,7 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
   const int log_blocks_per_tile = __ffs(kKeysPerTile / block_kv) - 1;  // block_kv in {16, 32, 64}
   const uint32_t block_bytes = static_cast<uint32_t>(block_kv) * (D + 4);
   const ShareWalk share = ShareWalk::of_cta(args);
+  const bool weights_in_slot = weights_in_slots(args);
   int slot = 0, slot_phase = 0, seq = 0;
   RingCursor cursor = RingCursor::first_of(ring);
   for (int b = share.begin_batch; share.holds(b, args.batches); ++b) {
@@ -78,8 +80,15 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
           facts.row_keys[j] = static_cast<int>(scheduler::paged_row_keys(
               args.context_lens[args.lens_per_row ? b * NEXT_N + j : b], NEXT_N, j, args.lens_per_row,
               args.max_context_len));
-        mbar_arrive_expect_tx(&smem.q_full[slot], Shape::kQTileBytes);  // releases the facts above
+        constexpr uint32_t kWeightsRowBytes = H * 4;
+        mbar_arrive_expect_tx(&smem.q_full[slot],  // releases the facts above
+                              Shape::kQTileBytes + (weights_in_slot ? NEXT_N * kWeightsRowBytes : 0));
         tma_load_2d(smem.q[slot], q_map, &smem.q_full[slot], 0, b * Shape::kCols);
+        if (weights_in_slot)
+#pragma unroll
+          for (int j = 0; j < NEXT_N; ++j)
+            bulk_copy_to_shared(&smem.weights[slot][j * H], args.weights + (int64_t(b) * NEXT_N + j) * args.weights_stride,
+                                kWeightsRowBytes, &smem.q_full[slot]);
       }
       slot = slot + 1 == kPagedQSlots ? 0 : slot + 1;
       slot_phase ^= slot == 0;

@@ -9,12 +9,15 @@
 //                form kPagedRings rings of kPagedStagesPerRing (ring_stage: tile seq -> ring seq % 3),
 //                each filled in order by its own producer warp
 //   scale[stage] the tile's 64 kv scales (float32), copied from the blocks' scale areas
+//   weights[slot] the batch's next_n x H weights (float32), by bulk copies with its Q tile when the
+//                rows are 16-byte aligned (weights_in_slots), so the math never waits on global memory
 //   the slot's batch facts: which batch, the tiles and keys this CTA computes of it, and each row's
 //   visible keys; the exact path's per-(key, head) terms (exact_rows.cuh)
 // Sized for the largest tile (next_n x H = 256 columns, D = 128); smaller ones use the front.
 #pragma once
 #include <cstdint>
 
+#include "sm90/paged/schedule.cuh"  // PagedArgs
 #include "sm90/paged/shape.cuh"
 #include "sm90/primitives.cuh"
 
@@ -42,6 +45,7 @@ struct PagedSharedStorage {
   alignas(1024) uint8_t q[kPagedQSlots][kMaxCols * kMaxHeadDim];
   alignas(1024) uint8_t k[kPagedStages][kKeysPerTile * kMaxHeadDim];
   alignas(16) float scale[kPagedStages][kKeysPerTile];
+  alignas(16) float weights[kPagedQSlots][kMaxCols];
   SlotBatch slot[kPagedQSlots];
   double exact_part[kExactKeys][64];  // the exact path's relu(q.k) x w per (key, head) of its row in hand
   uint64_t q_full[kPagedQSlots];
@@ -49,6 +53,12 @@ struct PagedSharedStorage {
   uint64_t k_full[kPagedStages];
   uint64_t k_empty[kPagedStages];
 };
+
+// Whether each batch's weights rows can go to its Q slot by bulk copies (16-byte aligned rows of
+// H x 4 bytes, H a multiple of 8); otherwise the math threads read them from global memory.
+__device__ __forceinline__ bool weights_in_slots(const PagedArgs& args) {
+  return reinterpret_cast<uintptr_t>(args.weights) % 16 == 0 && args.weights_stride % 4 == 0;
+}
 
 // Where the CTA's tile `seq` lives: ring seq % kPagedRings, the ring's stages in turn, and the parity
 // of the stage's use (each ring has one producer and its consumers in order, so parity suffices).
