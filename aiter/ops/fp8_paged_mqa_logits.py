@@ -16,8 +16,8 @@ The entries go through torch custom ops registered here at import
 fake kernels repeat the binding's checks on metadata, so that torch.compile, torch.export and CUDA-graph
 capture trace them and refuse bad arguments while tracing. The implementation calls the JIT module
 (csrc/binding/fp8_paged_mqa_logits_binding.cpp). Nothing here synchronises with the device or reads
-tensor values. No GPU backend has a paged kernel yet: CUDA tensors are a NotImplementedError naming
-that (the sm90 kernel is to come); the CPU path serves any H, D, block_kv and next_n.
+tensor values. The CPU path serves any H, D, block_kv and next_n; the sm90 kernel what its
+``capabilities.h`` lists (``is_supported`` answers); another GPU is a NotImplementedError naming it.
 """
 
 from __future__ import annotations
