@@ -9,7 +9,8 @@
 // a tile's two rows, its even and odd elements); after the swap, lanes 0-31 hold row A of a pair
 // and lanes 32-63 row B; out rows (Element: float or bfloat16; full [M, N] or
 // compressed [M, out_columns]) through per-row buffer resources (num_records = (key_limit - k0) x
-// element bytes, 0 for a missing row: the hardware drops what is out of range); the block's
+// element bytes, 0 for a missing row: the hardware drops what is out of range), or at H = 16 one
+// resource per row pair with per-lane offsets into both rows (store_pair_at_once); the block's
 // segment_rows table in LDS for the masked stages' window test.
 // Why this shape: the sum over heads is split into an even and an odd chain of a fixed order so
 // that the scalar VALU epilogue co-issues under the other wave's MFMAs; at H = 16 the tile's two

@@ -118,6 +118,9 @@ GFX950_FN int scale_read_offset(Geometry geometry, int wave, int j, int lane) {
 // compressed layout), so the hardware drops keys past the limit and missing rows; the other
 // half-wave gets an out-of-range offset. Masked stages also push out-of-window lanes out of range
 // (clean_logits=False, or the compressed layout) or store -inf there (full layout, True).
+// H = 16 stores both rows of a pair with one store instead (Epilogue::store_pair_at_once): one
+// resource at the lower row's key k0 with num_records = kOutOfRange, each half-wave at its row's
+// offset from there (WaveRows::pair_offset), the key limits kept by the stage masks.
 // ------------------------------------------------------------------------------------------------
 GFX950_FN uint32_t store_offset(int sub, int lane, int half, int element_bytes) {
   return uint32_t(kTileCols * sub + lane % 32) * uint32_t(element_bytes) | (lane / 32 == half ? 0u : kOutOfRange);
