@@ -69,10 +69,10 @@ __device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, f
 }
 
 // The same for H = 16, whose pair is one tile: x and y are two tiles, *e their first row's chain
-// (even elements), *o their second row's (odd). Scale pair y's chains, then swap lane halves
-// between each tile's two rows, scaling pair x's row-A half between the swaps (the two scales of y
-// are the 2 wait states before x's swap; x's scale the one before y's, with y's scales before it).
-// Afterwards
+// (even elements), *o their second row's (odd). Scale both of y's chains first: they are the 2 wait
+// states x's swap needs after the compiler's last writes of xe and xo. Then swap lane halves between
+// each tile's two rows, scaling x's row-A half between the swaps, so y's swap comes 2 instructions
+// after y's last scale. Afterwards
 //   pair x = fma(xo, sx, xe),  pair y = ye + yo
 // hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
 __device__ __forceinline__ void reduce_two_packed(float& xe, float& xo, float& ye, float& yo,

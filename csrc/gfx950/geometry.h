@@ -24,6 +24,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "gfx950/capabilities.h"
 #include "gfx950/tunables.h"
 
 #if defined(__HIP__) || defined(__HIPCC__)
@@ -157,12 +158,10 @@ GFX950_FN bool geometry_ok(Geometry geometry) {
          (geometry.fill_cols % kThreads == 0 || kThreads % geometry.fill_cols == 0);
 }
 
-// Every variant the backend compiles (capabilities.h lists the same heads and head dims).
+// Every variant the backend compiles: each served (H, D) on both paths.
 GFX950_FN bool every_geometry_ok() {
-  const int heads[] = {16, 32, 64};
-  const int head_dims[] = {64, 128};
-  for (int h : heads)
-    for (int d : head_dims)
+  for (int h : kServedHeads)
+    for (int d : kServedHeadDims)
       for (int small = 0; small < 2; ++small)
         if (!geometry_ok(geometry_of(h, small != 0, d))) return false;
   return true;

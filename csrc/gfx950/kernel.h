@@ -114,8 +114,9 @@ struct Fp8MqaLogitsGfx950 {
       rows.window_addr[p] = uint32_t(
           Lds::segment_rows + 16 * wave_row_slot(V::geometry(), wg.wave, 2 * p + (wg.lane < 32 ? 0 : 1)));
       if constexpr (V::kPackedRows) {
-        // One resource for the pair's two rows (Epilogue::store_pair_at_once): at the lower row's
-        // key 0 (a missing row is past M, so the other one, if any, is present).
+        // One resource for the pair's two rows (Epilogue::store_pair_at_once), at the lower present
+        // row's key 0; a missing row's lanes are out of range (both missing: all of them). The
+        // launcher keeps the offsets below 2^31 (launch_plan.h, pair_stores_reach).
         const uint64_t a = rows.out_row[2 * p], b = rows.out_row[2 * p + 1];
         const bool valid_a = rows.valid[2 * p], valid_b = rows.valid[2 * p + 1];
         rows.pair_base[p] = !valid_b || (valid_a && a < b) ? a : b;

@@ -4,9 +4,9 @@ A MODEL, not a measurement: no MI355X exists here. It compiles the kernel as the
 reads its assembly), takes every kernel's clean stage loop (the stage loop with the fewest VALU: no
 masks), counts its instructions per class, runs Debian's llvm-mca-22 on it, and predicts the time of
 the benchmark rows from the balanced plan of the host emulation (op_tests/gfx950), for the main
-float32 kernel of every served (H, D). A stage is a variant's own: 64 keys per key group at either
-D, so a D = 64 stage holds half the MFMA work of a D = 128 one and its units (stages) count twice
-the keys per block row group.
+float32 kernel of every served (H, D). A stage is the variant's own: each wave takes 64 keys of it at
+any D, so a D = 64 stage (twice the key groups, half the rows per block) holds half a D = 128
+stage's MFMA work per wave, and the plan counts its own stages.
 
 Assumptions, each a number below: 256 CUs at 2.4 GHz; one 8-wave workgroup per CU, so 2 waves per
 SIMD; one stage = one iteration of the clean loop per wave. The FP8 MFMA v_mfma_f32_32x32x64_f8f6f4

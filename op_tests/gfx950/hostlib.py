@@ -104,8 +104,17 @@ GEOMETRY_FIELDS = (
     "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes", "prefetch_stages", "slots",
     "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows", "plan_blocks",
 )
+
+
+def _served() -> tuple:
+    from aiter import backends
+
+    gfx950 = backends.backends()["gfx950"]
+    return tuple((h, d) for h in gfx950.heads for d in sorted(gfx950.head_dims, reverse=True))
+
+
 # Every (H, D) the kernel serves (csrc/gfx950/capabilities.h, which aiter.backends parses).
-SERVED = tuple((h, d) for h in (16, 32, 64) for d in (128, 64))
+SERVED = _served()
 
 
 def geometry(heads: int, small: bool, head_dim: int = 128) -> dict:
