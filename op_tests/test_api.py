@@ -152,13 +152,13 @@ def test_is_supported():
         assert not is_supported(32, 128, "cuda")
         assert is_supported(7, 9)  # no GPU visible: the default device is the CPU
         return
-    for H, D in ((32, 128), (64, 128), (16, 128), (32, 64)):
+    for H, D in ((32, 128), (64, 128), (16, 128), (32, 64), (16, 64), (8, 128), (32, 32), (48, 128)):
         got = is_supported(H, D, "cuda")
         if torch.version.hip:
             arch = torch.cuda.get_device_properties(0).gcnArchName
-            want = arch.startswith("gfx950") and H in (32, 64) and D == 128
+            want = arch.startswith("gfx950") and H in (16, 32, 64) and D in (64, 128)
         else:
-            want = torch.cuda.get_device_capability(0) == (9, 0) and H in (32, 64) and D == 128
+            want = torch.cuda.get_device_capability(0) == (9, 0) and H in (8, 16, 32, 64) and D in (32, 64, 128)
         assert got == want, (H, D)
 
 

@@ -192,11 +192,12 @@ MODE_SIZE_CASES = [
 @pytest.mark.parametrize("mode,M,N", MODE_SIZE_CASES)
 def test_window_modes(device, mode, M, N, clean):
     """Every window mode over odd sizes; `out` is a NaN-poisoned view with a padded row stride.
-    GPUs run both kernel instances (H = 32 and 64); the CPU path's H coverage is
-    test_heads_and_head_dims."""
-    for H in (32,) if device == "cpu" else (32, 64):
-        require_kernel(H, 128, device)
-        run_case(M, N, H, 128, mode, clean, device)
+    GPUs run the kernel instances of H 16 / 32 / 64 at D 128 and 64 (both GPU backends serve them);
+    the CPU path's H coverage is test_heads_and_head_dims."""
+    shapes = [(32, 128)] if device == "cpu" else [(32, 128), (64, 128), (16, 128), (16, 64), (32, 64), (64, 64)]
+    for H, D in shapes:
+        require_kernel(H, D, device)
+        run_case(M, N, H, D, mode, clean, device)
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
@@ -223,8 +224,8 @@ def test_random_windows(device, seed):
 
 @pytest.mark.parametrize(
     "H,D",
-    [(1, 64), (1, 128), (8, 32), (16, 64), (32, 64), (32, 128), (64, 32), (64, 64), (64, 128), (5, 65), (3, 1),
-     (33, 127)],
+    [(1, 64), (1, 128), (8, 32), (16, 64), (16, 128), (32, 64), (32, 128), (64, 32), (64, 64), (64, 128), (5, 65),
+     (3, 1), (33, 127)],
     ids=lambda v: str(v),
 )
 def test_heads_and_head_dims(device, H, D):

@@ -3,10 +3,11 @@
 op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own host + device
 code (csrc/gfx950/launch_plan.h, plan.h, layout.h and the shared csrc/common/work_scheduler.h):
 launch plan, device-side balanced plan (row compaction, block unions, unit prefix sums), shares,
-segments, LDS-DMA ring with the swizzle and the
-per-wave kv_scale areas, ds_read B fragments, MFMA on 64-lane fragments in the CDNA4 A/B/C layouts,
+segments, LDS-DMA ring with the swizzle (D = 128 and 64) and the per-wave kv_scale areas, ds_read B
+fragments, MFMA steps on 64-lane fragments in the CDNA4 A/B/C layouts (H = 16: two rows per tile),
 even/odd epilogue chains, the software pipeline with deferred epilogue and tails, the permlane32
-row-pair reduction, clean/masked stage runs, per-row buffer stores with range checks, -inf fill.
+row-pair reductions, clean/masked stage runs, per-row buffer stores with range checks (H = 16: one
+store per row pair), -inf fill. Every served (H, D) runs here, in every logits format.
 It does not model timing, hazards, waitcnts or the compiler: the ISA checker covers those.
 """
 
@@ -38,7 +39,7 @@ def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, k
             logits_dtype=torch.float32, max_seqlen_k=0):
     """The emulated launch's output: [M, W + PAD] NaN-poisoned, W = N or max_seqlen_k (compressed)."""
     lib = hostlib.load()
-    M, H, _ = q.shape
+    M, H, D = q.shape
     N = kv.shape[0]
     width = max_seqlen_k if max_seqlen_k > 0 else N
     out = torch.full((M, width + PAD), float("nan"), dtype=logits_dtype)
@@ -47,7 +48,7 @@ def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, k
     rc = lib.gfx950_emulate(
         P(q.view(torch.uint8), ctypes.c_uint8), P(kv.view(torch.uint8), ctypes.c_uint8),
         P(scales, ctypes.c_float), P(w, ctypes.c_float), P(ks, ctypes.c_int32), P(ke, ctypes.c_int32),
-        out.data_ptr(), M, N, H, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
+        out.data_ptr(), M, N, H, D, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
         kmap, int(logits_dtype == torch.bfloat16), max_seqlen_k, plan,
     )
     assert rc >= 0, "emulator rejected its arguments"
@@ -78,15 +79,15 @@ def check(out, ref, ks, ke, N, clean, tag):
     return rel_l2
 
 
-def run_case(M, N, H, mode, clean, fixed_grid_splits=0, num_cus=256, kmap=0, seed=0):
+def run_case(M, N, H, mode, clean, fixed_grid_splits=0, num_cus=256, kmap=0, seed=0, D=128):
     if not mode_applies(mode, M, N):
         pytest.skip(f"{mode} windows need N % M == 0 and M even (M={M}, N={N})")
-    q, kv, scales, w = make_inputs(M, N, H, 128, seed=seed)
+    q, kv, scales, w = make_inputs(M, N, H, D, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     ks, ke = make_windows(mode, M, N, generator=gen)
     out, plan = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits, num_cus, kmap)
     ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=clean)
-    tag = f"M={M} N={N} H={H} {mode} clean={clean} fixed_grid_splits={fixed_grid_splits} cus={num_cus} plan={plan}"
+    tag = f"M={M} N={N} H={H} D={D} {mode} clean={clean} fixed_grid_splits={fixed_grid_splits} cus={num_cus} plan={plan}"
     err = check(out, ref, ks, ke, N, clean, tag)
     print(f"{tag}: rel L2 {err:.2e}")
     return plan
@@ -144,6 +145,77 @@ def test_logits_options(M, N, H, splits, mode, logits_dtype, layout, clean):
                          max_seqlen_k=width if layout == "compressed" else 0)
         both = ~torch.isnan(out[:, :width].float())
         assert torch.equal(out[:, :width][both], f32[:, :width].to(torch.bfloat16)[both]), f"{tag}: not the RNE of f32"
+
+
+# Every served (H, D) (H = 16 packs two rows per tile and stores a row pair at once; D = 64 has one
+# MFMA step and twice the key groups per stage) in every logits format, on the main path (150 rows:
+# partial blocks at every block size) and the small-M path (70 rows), on the balanced plan and a
+# fixed grid of 3 splits, with and without clean_logits; fresh inputs per case (its own seed), the
+# output poisoned with NaN, against the float64 reference.
+FORMATS_ALL = [(torch.float32, "full")] + FORMATS
+SHAPE_CASES = [(h, d) for h, d in hostlib.SERVED]
+SHAPE_MODES = ["causal", "multi_req", "random", "misaligned"]
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+@pytest.mark.parametrize("splits", [0, 3], ids=["balanced", "grid3"])
+@pytest.mark.parametrize("M,N", [(150, 260), (70, 300)], ids=["main", "small"])
+@pytest.mark.parametrize("logits_dtype,layout", FORMATS_ALL, ids=["f32", "bf16", "compressed", "compressed-bf16"])
+@pytest.mark.parametrize("H,D", SHAPE_CASES, ids=[f"h{h}-d{d}" for h, d in SHAPE_CASES])
+def test_every_head_shape(H, D, logits_dtype, layout, M, N, splits, clean):
+    case = SHAPE_CASES.index((H, D)) * 64 + FORMATS_ALL.index((logits_dtype, layout)) * 8 + (M > 128) * 4 + \
+        (splits > 0) * 2 + clean
+    mode = SHAPE_MODES[case % len(SHAPE_MODES)]
+    q, kv, scales, w = make_inputs(M, N, H, D, seed=1000 + case)
+    ks, ke = make_windows(mode, M, N, generator=torch.Generator().manual_seed(2000 + case))
+    longest = int((ke.clamp(0, N) - ks.clamp(0, N)).clamp_min(0).max())
+    width = longest + 5 if layout == "compressed" else N
+    max_seqlen_k = width if layout == "compressed" else 0
+    out, plan = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=splits, logits_dtype=logits_dtype,
+                        max_seqlen_k=max_seqlen_k)
+    assert plan["small"] == int(M <= 128) and plan["balanced"] == int(splits == 0)
+    ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=True)
+    tag = f"M={M} N={N} H={H} D={D} {mode} {logits_dtype} {layout} clean={clean} plan={plan}"
+    check_options(out, ref, ks, ke, N, clean, logits_dtype, width, tag)
+    if (logits_dtype, layout) == (torch.float32, "full"):
+        check(out, reference_logits(q, kv, scales, w, ks, ke, clean_logits=clean), ks, ke, N, clean, tag)
+    if logits_dtype == torch.bfloat16:  # rounded once, at the store: the float32 run, rounded
+        f32, _ = emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=splits, max_seqlen_k=max_seqlen_k)
+        both = ~torch.isnan(out[:, :width].float())
+        assert torch.equal(out[:, :width][both], f32[:, :width].to(torch.bfloat16)[both]), f"{tag}: not the RNE of f32"
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+@pytest.mark.parametrize("mode", WINDOW_MODES + ("random",))
+@pytest.mark.parametrize("D", [128, 64])
+def test_h16_every_window_mode(D, mode, clean):
+    """H = 16 over every window mode: empty and past-end rows put a block's last non-empty row and
+    its first empty one (a lower natural row) into one pair, whose one store then reaches the
+    rows in descending address order."""
+    plan = run_case(150, 200, 16, mode, clean, D=D, seed=7)
+    assert plan["balanced"] == 1 and plan["small"] == 0
+
+
+@pytest.mark.parametrize("H,D", [(16, 128), (16, 64), (32, 64), (64, 64)])
+@pytest.mark.parametrize("M,N", [(1, 1), (3, 1), (17, 61), (129, 127), (65, 257)])
+def test_odd_sizes_new_shapes(H, D, M, N):
+    run_case(M, N, H, "random", True, D=D, seed=M * 100 + N + H)
+    run_case(M, N, H, "causal", False, D=D, seed=M + N + D, fixed_grid_splits=2)
+
+
+def test_pair_stores_fall_back_to_the_fixed_grid():
+    """H = 16 reaches both rows of a pair through one resource (offsets below 2^31): a float32
+    output of 2^31 bytes or more takes the fixed grid (adjacent rows) instead of the balanced plan,
+    which may pair any two rows; the other head counts keep the balanced plan."""
+    lib = hostlib.load()
+    M, N = 16384, 32768  # 2 GiB of float32 logits
+    assert hostlib.plan_launch(M, N, 16, 0, 256, True)["balanced"] == 0
+    assert hostlib.plan_launch(M, N, 16, 0, 256, True, element_bytes=2)["balanced"] == 1  # bfloat16: 1 GiB
+    assert hostlib.plan_launch(M, N, 32, 0, 256, True)["balanced"] == 1
+    assert hostlib.plan_launch(M, 32000, 16, 0, 256, True, head_dim=64)["balanced"] == 1
+    assert lib.gfx950_pair_stores_reach(16, 128, 1, N, N, 4)  # adjacent rows: always
+    assert not lib.gfx950_pair_stores_reach(16, 128, 1, 1 << 29, N, 4)  # a 2 GiB row stride: refused
+    assert lib.gfx950_pair_stores_reach(32, 128, M, 1 << 29, N, 4)  # per-row resources: no limit
 
 
 def test_fp8_decode_matches_torch():
@@ -207,17 +279,17 @@ def test_odd_sizes(M, N):
     run_case(M, N, 64, "causal", False, seed=M + N)
 
 
-def natural_block_units(ks, ke, M, N, H, clean):
-    """Units of the same rows in natural 32/16-row blocks (no compaction), by the kernel's block_facts."""
+def natural_block_units(ks, ke, M, N, H, clean, D=128):
+    """Units of the same rows in natural blocks (no compaction), by the kernel's block_facts."""
     lib = hostlib.load()
-    g = hostlib.geometry(H, M <= 128)
+    g = hostlib.geometry(H, M <= 128, D)
     s, e = ks.clamp(0, N), ke.clamp(0, N)
     total, buf = 0, (ctypes.c_int32 * 8)()
     for b0 in range(0, M, g["block_rows"]):
         live = s[b0:b0 + g["block_rows"]] < e[b0:b0 + g["block_rows"]]
         lo = int(s[b0:b0 + g["block_rows"]][live].min()) if live.any() else N
         hi = int(e[b0:b0 + g["block_rows"]][live].max()) if live.any() else 0
-        lib.gfx950_block_facts(H, int(M <= 128), lo, hi, N, int(clean), buf)
+        lib.gfx950_block_facts(H, int(M <= 128), D, lo, hi, N, int(clean), buf)
         total += buf[6]
     return total
 
@@ -231,7 +303,7 @@ def test_empty_rows_cost_nothing(mode):
     ks, ke = make_windows(mode, M, N)
     units, segs = (ctypes.c_int32 * 256)(), (ctypes.c_int32 * 256)()
     compacted = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                         M, N, H, 0, 256, units, segs)
+                                         M, N, H, 128, 0, 256, units, segs)
     natural = natural_block_units(ks, ke, M, N, H, clean=False)
     live = ks.clamp(0, N) < ke.clamp(0, N)
     live_only = natural_block_units(ks[live], ke[live], int(live.sum()), N, H, clean=False)

@@ -1,7 +1,9 @@
 """Layout math of the gfx950 kernel, from the headers the kernel compiles
-(csrc/gfx950/geometry.h and layout.h, through op_tests/gfx950/layout_shim.cpp):
-the LDS swizzle and slot layout, the LDS-DMA coverage, bank conflicts of every ds_read the stage
-body issues, the MFMA fragment layouts, the store offsets, and the hand-placed vmcnt wait."""
+(csrc/gfx950/geometry.h and layout.h, through op_tests/gfx950/layout_shim.cpp), for every variant
+(H 16 / 32 / 64 x D 128 / 64 x main / small-M path): the LDS swizzle and slot layout, the LDS-DMA
+coverage, bank conflicts of every ds_read the stage body issues, the MFMA fragment layouts, the
+tiles' (row, head) columns and chain sets (H = 16: two rows per tile), the tail schedule, the store
+offsets, and the hand-placed vmcnt wait."""
 
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ from gfx950 import hostlib
 
 pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++)")
 
-VARIANTS = [(32, False), (64, False), (32, True), (64, True)]
-IDS = ["h32", "h64", "h32_small", "h64_small"]
-LANES, WAVES, SUBTILES, STEPS = 64, 8, 2, 2
+VARIANTS = [(h, small, d) for h, d in hostlib.SERVED for small in (False, True)]
+IDS = [f"h{h}_d{d}" + ("_small" if small else "") for h, small, d in VARIANTS]
+LANES, WAVES, SUBTILES, TILES = 64, 8, 2, 4
 
 
 @pytest.fixture(scope="module")
@@ -24,27 +26,29 @@ def lib():
     return hostlib.load()
 
 
-def test_swizzle_is_a_bijection(lib):
-    keys = 256  # the largest stage
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_swizzle_is_a_bijection(lib, head_dim):
+    keys, chunks = 256, head_dim // 16  # the largest stage's keys
     seen = {}
-    for key, c in itertools.product(range(keys), range(8)):
-        p = lib.gfx950_lds_chunk(key, c)
-        assert 0 <= p < keys * 8 and p not in seen
+    for key, c in itertools.product(range(keys), range(chunks)):
+        p = lib.gfx950_lds_chunk(32, 1, head_dim, key, c)
+        assert 0 <= p < keys * chunks and p not in seen
         seen[p] = (key, c)
-        assert (lib.gfx950_chunk_key(p), lib.gfx950_chunk_col(p)) == (key, c)
-        assert p // 8 == key  # a key's 128 bytes stay together: one DMA lane never spans two keys
+        assert (lib.gfx950_chunk_key(32, 1, head_dim, p), lib.gfx950_chunk_col(32, 1, head_dim, p)) == (key, c)
+        assert p // chunks == key  # a key's D bytes stay together: one DMA lane never spans two keys
 
 
-@pytest.mark.parametrize("heads,small", VARIANTS, ids=IDS)
-def test_dma_covers_the_stage_once(lib, heads, small):
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_dma_covers_the_stage_once(lib, heads, small, head_dim):
     """Every 16-byte chunk of the stage's K is fetched by exactly one lane of one DMA and lands at
     its swizzled position; the kv_scale DMAs fill each wave's own area; nothing overlaps."""
-    g = hostlib.geometry(heads, small)
+    g = hostlib.geometry(heads, small, head_dim)
+    v = (heads, int(small), head_dim)
     out = (ctypes.c_int32 * 3)()
     lds_bytes = {}
     fetched = set()
     for wave, d, lane in itertools.product(range(WAVES), range(g["dmas_per_wave"] + 1), range(LANES)):
-        lib.gfx950_dma(heads, int(small), wave, d, lane, out)
+        lib.gfx950_dma(*v, wave, d, lane, out)
         lds, glob, kind = out[0], out[1], out[2]
         size = 16 if kind == 0 else 4
         assert 0 <= lds and lds + size <= g["slot_bytes"]
@@ -55,16 +59,16 @@ def test_dma_covers_the_stage_once(lib, heads, small):
             assert glob % 16 == 0 and 0 <= glob < g["stage_bytes"]
             assert glob not in fetched
             fetched.add(glob)
-            key, col = glob // 128, (glob % 128) // 16
+            key, col = glob // head_dim, (glob % head_dim) // 16
             # lands where the swizzle puts (key, col)
-            assert lds == lib.gfx950_padded_chunk(heads, int(small), lib.gfx950_lds_chunk(key, col))
+            assert lds == lib.gfx950_padded_chunk(*v, lib.gfx950_lds_chunk(*v, key, col))
         else:
             # the 64 scales a wave's sub-tiles use: keys 64 * key_group + lane
-            first = lib.gfx950_wave_subtile(heads, int(small), wave, 0) * 32
+            first = lib.gfx950_wave_subtile(*v, wave, 0) * 32
             assert glob == 4 * (first + lane)
             for j in range(SUBTILES):
                 if lane // 32 == j:
-                    assert lds == lib.gfx950_scale_read_offset(heads, int(small), wave, j, lane % 32)
+                    assert lds == lib.gfx950_scale_read_offset(*v, wave, j, lane % 32)
     assert len(fetched) * 16 == g["stage_bytes"]
     assert g["slot_bytes"] % 256 == 0  # slots start on a bank line: bank patterns repeat per slot
 
@@ -74,34 +78,38 @@ def banks(addrs, width):
     return [(a // 16) % width for a in addrs]
 
 
-@pytest.mark.parametrize("heads,small", VARIANTS, ids=IDS)
-def test_b_fragment_reads_are_conflict_free(lib, heads, small):
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_b_fragment_reads_are_conflict_free(lib, heads, small, head_dim):
     """Each ds_read_b128 of a B fragment: every 16-lane phase covers the 64 banks once (gfx950:
     64 banks x 4 B), and every 8-lane phase 32 distinct banks (a 32-bank part), for every wave,
     sub-tile, MFMA step and half. The reads also match the fragment layout: lane l holds key
-    (sub-tile base + l % 32), chunks 4 s + 2 (l / 32) + {0, 1}."""
-    g = hostlib.geometry(heads, small)
-    stride = lib.gfx950_subtile_stride(heads, int(small))
-    for wave, j, s, q in itertools.product(range(WAVES), range(SUBTILES), range(STEPS), range(2)):
-        sub0 = lib.gfx950_wave_subtile(heads, int(small), wave, 0)
-        addrs = [lib.gfx950_b_read_offset(heads, int(small), sub0, lane, s, q) + j * stride for lane in range(LANES)]
+    (sub-tile base + l % 32), chunks 4 s + 2 (l / 32) + {0, 1} (s < D / 64: all D / 16 chunks)."""
+    g = hostlib.geometry(heads, small, head_dim)
+    v = (heads, int(small), head_dim)
+    stride = lib.gfx950_subtile_stride(*v)
+    chunks_read = set()
+    for wave, j, s, q in itertools.product(range(WAVES), range(SUBTILES), range(g["steps"]), range(2)):
+        sub0 = lib.gfx950_wave_subtile(*v, wave, 0)
+        addrs = [lib.gfx950_b_read_offset(*v, sub0, lane, s, q) + j * stride for lane in range(LANES)]
         for lane, addr in enumerate(addrs):
             key = 32 * (sub0 + j) + lane % 32
             chunk = lib.gfx950_frag_chunk(lane, s, q)
             assert chunk == 4 * s + 2 * (lane // 32) + q
-            assert addr == lib.gfx950_padded_chunk(heads, int(small), lib.gfx950_lds_chunk(key, chunk))
+            chunks_read.add(chunk)
+            assert addr == lib.gfx950_padded_chunk(*v, lib.gfx950_lds_chunk(*v, key, chunk))
             assert addr % 16 == 0 and addr + 16 <= g["slot_bytes"]
         for base in range(0, LANES, 16):
             assert sorted(banks(addrs[base:base + 16], 16)) == list(range(16)), (wave, j, s, q, base)
         for base in range(0, LANES, 8):
             assert len(set(banks(addrs[base:base + 8], 8))) == 8, (wave, j, s, q, base)
+    assert chunks_read == set(range(head_dim // 16))  # the fragments read all of each key
 
 
-@pytest.mark.parametrize("heads,small", VARIANTS, ids=IDS)
-def test_scale_reads_broadcast(lib, heads, small):
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_scale_reads_broadcast(lib, heads, small, head_dim):
     """The kv_scale ds_read_b32: lanes l and l + 32 read the same word, 32 consecutive words."""
     for wave, j in itertools.product(range(WAVES), range(SUBTILES)):
-        addrs = [lib.gfx950_scale_read_offset(heads, int(small), wave, j, lane) for lane in range(LANES)]
+        addrs = [lib.gfx950_scale_read_offset(heads, int(small), head_dim, wave, j, lane) for lane in range(LANES)]
         assert addrs[:32] == addrs[32:]
         assert [a - addrs[0] for a in addrs[:32]] == [4 * i for i in range(32)]
 
@@ -116,31 +124,62 @@ def test_accumulator_layout_covers_the_tile(lib):
     heads_h0 = {lib.gfx950_c_row(0, v) for v in range(16)}
     heads_h1 = {lib.gfx950_c_row(32, v) for v in range(16)}
     assert heads_h0.isdisjoint(heads_h1) and heads_h0 | heads_h1 == set(range(32))
+    # an element's A row has its parity: which row of an H = 16 tile it belongs to is static
+    assert all(lib.gfx950_c_row(lane, v) % 2 == v % 2 for lane in range(LANES) for v in range(16))
 
 
-@pytest.mark.parametrize("heads,small", VARIANTS, ids=IDS)
-def test_rows_tiles_and_tails(lib, heads, small):
-    """Every (block row, head) is one tile column of exactly one wave of every key group; row pairs
-    of every sub-tile are reduced exactly once, two per permlane asm."""
-    g = hostlib.geometry(heads, small)
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_rows_tiles_and_tails(lib, heads, small, head_dim):
+    """Every (block row, head) is one A row of exactly one tile of one wave of every key group; a
+    tile's A rows are one row's 32 heads (H >= 32) or, at H = 16, two rows' 16 heads interleaved (its
+    even A rows the first row): so an accumulator element's row is its chain (the element's
+    parity); every tile adds into one chain set, which its first tile starts. Row pairs of every
+    sub-tile are reduced exactly once, two per permlane asm, one step after the epilogue that
+    completes them (the next stage's step 1 when that is the last sub-tile's)."""
+    g = hostlib.geometry(heads, small, head_dim)
+    v = (heads, int(small), head_dim)
     covered = {}
+    out = (ctypes.c_int32 * 4)()
     for wave in range(WAVES):
-        kg = lib.gfx950_wave_subtile(heads, int(small), wave, 0) // SUBTILES
-        for r in range(g["rows_per_wave"]):
-            slot = lib.gfx950_wave_row_slot(heads, int(small), wave, r)
-            covered.setdefault((slot, kg), 0)
-            covered[(slot, kg)] += 1
-    assert set(covered) == set(itertools.product(range(g["block_rows"]), range(g["key_groups"])))
-    assert all(v == 1 for v in covered.values())
-    subs = {lib.gfx950_wave_subtile(heads, int(small), w, j) for w in range(WAVES) for j in range(SUBTILES)}
+        kg = lib.gfx950_wave_subtile(*v, wave, 0) // SUBTILES
+        sets = {}
+        for t in range(TILES):
+            for m in range(32):
+                lib.gfx950_tile(*v, t, m, out)
+                r, head, chain_set, starts = out[0], out[1], out[2], out[3]
+                assert 0 <= r < g["rows_per_wave"] and 0 <= head < heads
+                if g["rows_per_tile"] == 2:
+                    assert (r % 2, head) == (m % 2, m // 2) and r // 2 == t
+                slot = lib.gfx950_wave_row_slot(*v, wave, r)
+                covered[(slot, head, kg)] = covered.get((slot, head, kg), 0) + 1
+            sets.setdefault(chain_set, []).append((t, starts))
+        assert len(sets) == g["chain_sets"]
+        assert all(tiles[0][1] == 1 and all(s == 0 for _, s in tiles[1:]) for tiles in sets.values())
+    assert set(covered) == set(itertools.product(range(g["block_rows"]), range(heads), range(g["key_groups"])))
+    assert all(count == 1 for count in covered.values())
+    subs = {lib.gfx950_wave_subtile(*v, w, j) for w in range(WAVES) for j in range(SUBTILES)}
     assert subs == set(range(g["stage_keys"] // 32))
-    out = (ctypes.c_int32 * 2)()
-    n = lib.gfx950_tail(heads, int(small), 0, out)
+    # after the reduction row b of pair p sits in one chain of its own: the rows' own (H >= 32) or
+    # the pair's tile's two (H = 16)
+    ends = set()
+    for p, b in itertools.product(range(g["pairs_per_wave"]), range(2)):
+        lib.gfx950_pair_chain(*v, p, b, out)
+        ends.add((out[0], out[1]))
+        assert out[0] == (p if g["rows_per_tile"] == 2 else 2 * p + b)
+    assert len(ends) == 2 * g["pairs_per_wave"]
+    n = lib.gfx950_tail(*v, 0, out)
     tails = set()
     for i in range(n):
-        lib.gfx950_tail(heads, int(small), i, out)
+        lib.gfx950_tail(*v, i, out)
         tails.add((out[0], out[1]))
     assert n % 2 == 0 and tails == set(itertools.product(range(SUBTILES), range(g["pairs_per_wave"])))
+    for k in range(n // 2):
+        lib.gfx950_tail(*v, 2 * k + 1, out)
+        completes = out[0]
+        lib.gfx950_tail_group(*v, k, out)
+        deferred, step = out[0], out[1]
+        assert deferred == (completes == SUBTILES - 1)
+        assert step == (1 if deferred else (completes + 1) * TILES + 1) and step < SUBTILES * TILES
 
 
 @pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
@@ -158,7 +197,7 @@ def simulate_vmem(g, stages, qw_loads=20):
     """Per-wave VMEM issue order of one segment, as the kernel issues it. Returns, for each stage,
     how many VMEM ops were issued after its last load when its hand-placed wait ran, or None
     when a full drain (vmcnt(0)) retired it earlier."""
-    D, L, T = 4, g["loads_per_stage"], g["stores_per_stage"]
+    D, L, T = g["prefetch_stages"], g["loads_per_stage"], g["stores_per_stage"]
     ops = []  # issue log: ("load", stage) / ("store", stage) / ("other", None)
     last_load = {}
     drained_before = 0
@@ -181,12 +220,16 @@ def simulate_vmem(g, stages, qw_loads=20):
     return after
 
 
-@pytest.mark.parametrize("heads,small", VARIANTS, ids=IDS)
-def test_hand_placed_vmcnt_waits(heads, small):
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_hand_placed_vmcnt_waits(heads, small, head_dim):
     """vmcnt counts loads and stores in issue order (gfx9: one in-order counter). The loop's
     s_waitcnt vmcnt(N) retires a stage's DMAs iff at least N ops were issued after them; the ISA
-    checker confirms the loop issues exactly loads_per_stage + stores_per_stage VMEM ops."""
-    g = hostlib.geometry(heads, small)
+    checker confirms the loop issues exactly loads_per_stage + stores_per_stage VMEM ops. H = 16
+    stores a row pair at once, so its 8 rows per wave issue H = 32's 8 stores per stage; D = 64
+    issues D = 128's loads (twice the keys of half the bytes)."""
+    g = hostlib.geometry(heads, small, head_dim)
+    assert g["stores_per_stage"] == (8 if heads <= 32 else 4) and g["prefetch_stages"] == 4
+    assert g["loads_per_stage"] == (3 if small else 2) and g["dmas_per_wave"] * 8 * 1024 == g["stage_bytes"]
     N = g["vmcnt_wait"]
     assert N <= 63  # 6-bit field on gfx9
     for stages in (1, 2, 3, 4, 5, 9, 40):

@@ -341,9 +341,27 @@ def test_gpu_out_on_cpu():
         call(args, out=torch.empty(8, 64))
 
 
+# (H, D) each GPU backend does not serve (its csrc/<backend>/capabilities.h): sm90 serves H 8/16/32/64
+# x D 32/64/128, gfx950 H 16/32/64 x D 64/128.
+UNSUPPORTED_HEAD_SHAPES = {
+    "sm90": [(4, 128), (48, 128), (32, 96), (64, 256), (128, 64)],
+    "gfx950": [(4, 128), (8, 128), (48, 128), (32, 32), (16, 32), (32, 96), (64, 256), (128, 64)],
+}
+
+
+def _gpu_backend_name():
+    from aiter import backends
+
+    backend = backends.gpu_backend_for(torch, torch.cuda.current_device()) if torch.cuda.is_available() else None
+    return backend.name if backend is not None else None
+
+
 @needs_gpu
-@pytest.mark.parametrize("h,d", [(4, 128), (48, 128), (32, 96), (64, 256)], ids=lambda v: str(v))
+@pytest.mark.parametrize("h,d", sorted({hd for shapes in UNSUPPORTED_HEAD_SHAPES.values() for hd in shapes}),
+                         ids=lambda v: str(v))
 def test_gpu_unsupported_heads_or_head_dim(h, d):
+    if (h, d) not in UNSUPPORTED_HEAD_SHAPES.get(_gpu_backend_name(), [(h, d)]):
+        pytest.skip(f"this GPU's kernel serves H={h}, D={d}")
     assert not is_supported(h, d, "cuda")
     args = good_args("cuda", 8, 64, h, d)
     with pytest.raises(NotImplementedError, match=r"kernel serves H in \{[0-9, ]+\} and D in \{[0-9, ]+\}, got q|no kernel for"):
@@ -376,3 +394,16 @@ def test_gpu_tensor_without_gpu_backend_is_a_clear_error():
         pytest.skip("this build has a GPU backend")
     with pytest.raises(NotImplementedError, match=r"built without a GPU backend.*rebuild"):
         call(good_args("cuda", 8, 64, 32, 128))
+
+
+def test_unsupported_lists_match_the_capabilities():
+    """The lists above are what each backend's capabilities.h leaves out (read by aiter.backends)."""
+    from aiter import backends
+
+    for name, shapes in UNSUPPORTED_HEAD_SHAPES.items():
+        backend = backends.backends()[name]
+        assert not any(backend.serves(h, d) for h, d in shapes), name
+        served = [(h, d) for h in backend.heads for d in backend.head_dims]
+        assert all(backend.serves(h, d) for h, d in served)
+    gfx950 = backends.backends()["gfx950"]
+    assert (gfx950.heads, gfx950.head_dims) == ((16, 32, 64), (64, 128))

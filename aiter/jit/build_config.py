@@ -44,7 +44,13 @@ SM90_SOURCES = (
     "sm90/paged/instances/paged_heads_32.cu",
     "sm90/paged/instances/paged_heads_64.cu",
 )
-GFX950_SOURCES = ("gfx950/fp8_mqa_logits_gfx950.hip",)
+# gfx950: the host launcher, and the kernel instances one file per H (compiled in parallel).
+GFX950_SOURCES = (
+    "gfx950/fp8_mqa_logits_gfx950.hip",
+    "gfx950/instances/gfx950_heads_16.hip",
+    "gfx950/instances/gfx950_heads_32.hip",
+    "gfx950/instances/gfx950_heads_64.hip",
+)
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
 INCLUDE_DIRS = (".",)
 # The folders whose files make up each target: the JIT's cache key hashes these (and nothing else

@@ -5,8 +5,10 @@
 namespace aiter {
 namespace gfx950 {
 
-constexpr int kServedHeads[] = {32, 64};
-constexpr int kServedHeadDims[] = {128};
+// Every (H, D) pair has a kernel instance of each path and logits format (instances.h; H = 16
+// packs two rows per MFMA tile, D = 64 doubles a stage's key groups).
+constexpr int kServedHeads[] = {16, 32, 64};
+constexpr int kServedHeadDims[] = {64, 128};
 // The device: a gcnArchName starting with "gfx950" (MI350X, MI355X).
 constexpr const char kArchPrefix[] = "gfx950";
 

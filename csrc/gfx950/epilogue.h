@@ -1,19 +1,23 @@
-// gfx950 fp8_mqa_logits: the epilogue. MFMA accumulators -> relu * w chains per row -> row-pair
-// reduction across lane halves (v_permlane32_swap) -> kv_scale -> masked buffer stores.
+// gfx950 fp8_mqa_logits: the epilogue. MFMA accumulators -> relu * w chains -> row-pair reduction
+// across lane halves (v_permlane32_swap) -> kv_scale -> masked buffer stores.
 //
 //   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]   for n in [s_m, e_m)
 //                  -inf (clean_logits) or untouched (not clean) for the other n of a masked stage
 //
-// Layouts touched: the 32x32 accumulator C (lane l, element v = head c_row(l, v) of the tile, key
-// l % 32 of the sub-tile, layout.h); the per-row even/odd chains; after the swap, lanes 0-31 hold
-// row A of a pair and lanes 32-63 row B; out rows (Element: float or bfloat16; full [M, N] or
+// Layouts touched: the 32x32 accumulator C (lane l, element v = A row c_row(l, v) of the tile, key
+// l % 32 of the sub-tile, layout.h); the chain sets (H >= 32: a row's even and odd chains; H = 16:
+// a tile's two rows, its even and odd elements); after the swap, lanes 0-31 hold row A of a pair
+// and lanes 32-63 row B; out rows (Element: float or bfloat16; full [M, N] or
 // compressed [M, out_columns]) through per-row buffer resources (num_records = (key_limit - k0) x
-// element bytes, 0 for a missing row: the hardware drops what is out of range); the block's
+// element bytes, 0 for a missing row: the hardware drops what is out of range), or at H = 16 one
+// resource per row pair with per-lane offsets into both rows (store_pair_at_once); the block's
 // segment_rows table in LDS for the masked stages' window test.
 // Why this shape: the sum over heads is split into an even and an odd chain of a fixed order so
-// that the scalar VALU epilogue co-issues under the other wave's MFMAs; row pairs are reduced two
-// tails at a time by inline asm that also keeps the 2 wait states a VALU write needs before
-// v_permlane32_swap reads it (the compiler cannot see into the asm to insert them).
+// that the scalar VALU epilogue co-issues under the other wave's MFMAs; at H = 16 the tile's two
+// rows take those two chains (its even and odd elements), so the epilogue and its registers are
+// H = 32's. Row pairs are reduced two tails at a time by inline asm that also keeps the 2 wait
+// states a VALU write needs before v_permlane32_swap reads it (the compiler cannot see into the
+// asm to insert them).
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>
@@ -34,10 +38,10 @@ struct StoreLanes {
 // The previous stage's deferred work: the epilogue of its last tile-step and the row-pair tails
 // that epilogue completes. Loop-carried registers; before the first stage a dummy whose stores
 // go to empty resources (so every iteration still issues the same VMEM count).
-template <int H, bool SMALL>
+template <class V>
 struct Carry {
   v16f acc;
-  float part[kSubTiles][Variant<H, SMALL>::kRowsPerWave][2];
+  float part[kSubTiles][V::kChainSets][2];
   float scale[kSubTiles];
   int stage_key;  // first key of the carried stage
   bool live;      // false before the first stage: its stores go to empty resources
@@ -64,17 +68,34 @@ __device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, f
       : "v"(axo), "v"(bxo), "v"(ayo), "v"(byo), "v"(sx));
 }
 
+// The same for H = 16, whose pair is one tile: x and y are two tiles, *e their first row's chain
+// (even elements), *o their second row's (odd). Scale both of y's chains first: they are the 2 wait
+// states x's swap needs after the compiler's last writes of xe and xo. Then swap lane halves between
+// each tile's two rows, scaling x's row-A half between the swaps, so y's swap comes 2 instructions
+// after y's last scale. Afterwards
+//   pair x = fma(xo, sx, xe),  pair y = ye + yo
+// hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
+__device__ __forceinline__ void reduce_two_packed(float& xe, float& xo, float& ye, float& yo,
+                                                  float sx, float sy) {
+  asm("v_mul_f32 %2, %2, %5\n\t"
+      "v_mul_f32 %3, %3, %5\n\t"
+      "v_permlane32_swap_b32 %0, %1\n\t"
+      "v_mul_f32 %0, %0, %4\n\t"
+      "v_permlane32_swap_b32 %2, %3"
+      : "+v"(xe), "+v"(xo), "+v"(ye), "+v"(yo)
+      : "v"(sx), "v"(sy));
+}
+
 // Element: float or __bf16 (the logits dtype). kCompressed: the compressed layout, whose rows each
 // have their own key limit (s_m + out_columns); the full layout's rows share N.
-template <int H, bool SMALL, typename Element, bool kCompressed>
+template <class V, typename Element, bool kCompressed>
 struct Epilogue {
-  using V = Variant<H, SMALL>;
   static constexpr int kElementBytes = sizeof(Element);
-  static constexpr int kRowsPerWave = V::kRowsPerWave;
-  using Chains = float[kSubTiles][kRowsPerWave][2];  // [sub-tile][row of the wave][even/odd]
-  const Workgroup<H, SMALL> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
+  static constexpr int kChainSets = V::kChainSets;
+  using Chains = float[kSubTiles][kChainSets][2];  // [sub-tile][chain set][even/odd]
+  const Workgroup<V> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
 
-  __device__ explicit Epilogue(const Workgroup<H, SMALL>& workgroup) : wg(workgroup) {}
+  __device__ explicit Epilogue(const Workgroup<V>& workgroup) : wg(workgroup) {}
 
   __device__ StoreLanes lanes() const {
     StoreLanes lanes;
@@ -84,12 +105,13 @@ struct Epilogue {
     return lanes;
   }
 
-  // One tile's accumulator: relu, times w, into its row's even/odd chains (fixed order: the row's
-  // first tile starts both chains, elements alternate between them).
-  __device__ __forceinline__ void accumulate(const v16f& acc, int t, const WaveRows<H, SMALL>& rows,
-                                             float (&chain)[kRowsPerWave][2]) const {
-    const int r = tile_row(V::geometry(), t);
-    const bool first = t % V::kGeometry.head_tiles == 0;
+  // One tile's accumulator: relu, times w, into its chain set's even/odd chains (fixed order: the
+  // set's first tile starts both chains, elements alternate between them; at H = 16 the even
+  // elements are the tile's first row and the odd ones its second).
+  __device__ __forceinline__ void accumulate(const v16f& acc, int t, const WaveRows<V>& rows,
+                                             float (&chain)[kChainSets][2]) const {
+    const int r = tile_chain_set(V::geometry(), t);
+    const bool first = tile_starts_chains(V::geometry(), t);
 #pragma unroll
     for (int v = 0; v < 16; ++v) {
       const float x = fmaxf(acc[v], 0.f);
@@ -110,40 +132,51 @@ struct Epilogue {
                      tail_subtile(V::geometry(), 2 * k + 1), tail_pair(V::geometry(), 2 * k + 1)};
   }
   // Group k completes with the stage's last sub-tile: it is reduced and stored in the next stage.
-  static constexpr __device__ bool tail_deferred(int k) {
-    return tail_subtile(V::geometry(), 2 * k + 1) == kSubTiles - 1;
-  }
+  static constexpr __device__ bool tail_deferred(int k) { return tail_group_deferred(V::geometry(), k); }
 
   __device__ __forceinline__ void reduce_group(int k, Chains& part,
                                                const float (&scale)[kSubTiles]) const {
     const TailGroup group = tail_group(k);
-    float(&x)[kRowsPerWave][2] = part[group.subtile_x];
-    float(&y)[kRowsPerWave][2] = part[group.subtile_y];
-    reduce_two(x[2 * group.pair_x][0], x[2 * group.pair_x + 1][0], y[2 * group.pair_y][0],
-               y[2 * group.pair_y + 1][0], x[2 * group.pair_x][1], x[2 * group.pair_x + 1][1],
-               y[2 * group.pair_y][1], y[2 * group.pair_y + 1][1], scale[group.subtile_x]);
+    float(&x)[kChainSets][2] = part[group.subtile_x];
+    float(&y)[kChainSets][2] = part[group.subtile_y];
+    if constexpr (V::kPackedRows)
+      reduce_two_packed(x[group.pair_x][0], x[group.pair_x][1], y[group.pair_y][0], y[group.pair_y][1],
+                        scale[group.subtile_x], scale[group.subtile_y]);
+    else
+      reduce_two(x[2 * group.pair_x][0], x[2 * group.pair_x + 1][0], y[2 * group.pair_y][0],
+                 y[2 * group.pair_y + 1][0], x[2 * group.pair_x][1], x[2 * group.pair_x + 1][1],
+                 y[2 * group.pair_y][1], y[2 * group.pair_y + 1][1], scale[group.subtile_x]);
   }
 
   template <bool MASKED>
   __device__ __forceinline__ void store_group(int k, const Chains& part,
                                               const float (&scale)[kSubTiles], int stage_key,
-                                              bool live, const WaveRows<H, SMALL>& rows,
+                                              bool live, const WaveRows<V>& rows,
                                               const StoreLanes& lanes) const {
     const TailGroup group = tail_group(k);
-    const float vx = __builtin_fmaf(part[group.subtile_x][2 * group.pair_x + 1][0],
-                                    scale[group.subtile_x], part[group.subtile_x][2 * group.pair_x][0]);
-    const float vy = (part[group.subtile_y][2 * group.pair_y][0] +
-                      part[group.subtile_y][2 * group.pair_y + 1][0]) *
-                     scale[group.subtile_y];
-    store_pair<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows, lanes);
-    store_pair<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows, lanes);
+    const Geometry g = V::geometry();
+    const float(&x)[kChainSets][2] = part[group.subtile_x];
+    const float(&y)[kChainSets][2] = part[group.subtile_y];
+    const float x_a = x[pair_chain_set(g, group.pair_x, 0)][pair_chain_slot(g, 0)];
+    const float x_b = x[pair_chain_set(g, group.pair_x, 1)][pair_chain_slot(g, 1)];
+    const float y_a = y[pair_chain_set(g, group.pair_y, 0)][pair_chain_slot(g, 0)];
+    const float y_b = y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)];
+    const float vx = __builtin_fmaf(x_b, scale[group.subtile_x], x_a);
+    const float vy = V::kPackedRows ? y_a + y_b : (y_a + y_b) * scale[group.subtile_y];
+    if constexpr (V::kPackedRows) {
+      store_pair_at_once<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows);
+      store_pair_at_once<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows);
+    } else {
+      store_pair<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows, lanes);
+      store_pair<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows, lanes);
+    }
   }
 
   // Mask and store one reduced, scaled row pair of sub-tile j of the stage at stage_key. The
   // pair's two row resources are built here, just before use, to keep SGPR pressure low.
   template <bool MASKED>
   __device__ __forceinline__ void store_pair(float v, int j, int p, int stage_key, bool live,
-                                             const WaveRows<H, SMALL>& rows,
+                                             const WaveRows<V>& rows,
                                              const StoreLanes& lanes) const {
     const KernelArgs& args = wg.args;
     uint32_t offset_a = lanes.offset[0], offset_b = lanes.offset[1];
@@ -170,6 +203,32 @@ struct Epilogue {
     // Sub-tile j is 32 keys further: an instruction offset, which the range check includes.
     buffer_store_logit<Element>(v, rsrc_a, offset_a + j * kTileCols * kElementBytes);
     buffer_store_logit<Element>(v, rsrc_b, offset_b + j * kTileCols * kElementBytes);
+  }
+
+  // H = 16: the same row pair with one store. Both rows go through one resource based at the lower
+  // of their key-0 addresses (rows.pair_base), each lane at its own row's offset (rows.pair_offset;
+  // kOutOfRange for a missing row), and num_records = kOutOfRange, so only those offsets are
+  // dropped: the rows' key limits are kept by the stages instead. A clean stage lies inside every
+  // present row's window (so below N and below s_m + out_columns); a masked stage keeps a key only
+  // inside the lane's row window, or, for the full layout's -inf (clean_logits), below N. The
+  // launcher keeps the two rows' distance plus a stage's columns below 2^31 bytes
+  // (launch_plan.h). Eight rows per wave would otherwise take 16 stores per stage (a vmcnt wait of
+  // 70 at depth 4, past its 6 bits) and 16 row resources' SGPRs (they spilled into the loop).
+  template <bool MASKED>
+  __device__ __forceinline__ void store_pair_at_once(float v, int j, int p, int stage_key, bool live,
+                                                     const WaveRows<V>& rows) const {
+    const KernelArgs& args = wg.args;
+    uint32_t offset = rows.pair_offset[p];
+    if constexpr (MASKED) {
+      const int4 w = *wg.template at<int4>(int(rows.window_addr[p]));
+      const int n = stage_key + wave_subtile(V::geometry(), wg.wave, j) * kTileCols + wg.lane % 32;
+      const bool in = n >= w.y && n < w.z;
+      const bool keep = in || (args.clean != 0 && n < args.N);
+      v = in ? v : -__builtin_inff();
+      offset = keep ? offset : kOutOfRange;
+    }
+    const v4i rsrc = make_rsrc(rows.pair_base[p] + uint64_t(stage_key) * kElementBytes, live ? kOutOfRange : 0u);
+    buffer_store_logit<Element>(v, rsrc, offset + j * kTileCols * kElementBytes);
   }
 };
 

@@ -27,21 +27,28 @@ namespace aiter {
 namespace gfx950 {
 
 // Fill units [unit_begin, unit_end) of the block (0-based among its fill units); all threads.
-template <int H, bool SMALL, typename Element>
-__device__ void fill_neg_inf(const Workgroup<H, SMALL>& wg, const BlockFacts& block,
-                             int unit_begin, int unit_end) {
+// A unit is fill_cols columns of each of the block's rows: row by row with all 512 threads, or,
+// where a row has fewer columns (fill_cols < 512: H = 16 at D = 128, 64-row blocks), several rows
+// at once, whole waves per row so that each row's resource stays wave-uniform.
+template <class V, typename Element>
+__device__ void fill_neg_inf(const Workgroup<V>& wg, const BlockFacts& block, int unit_begin,
+                             int unit_end) {
   constexpr uint32_t kElementBytes = sizeof(Element);
-  using V = Variant<H, SMALL>;
+  constexpr int kFillCols = V::kGeometry.fill_cols;
+  constexpr int kRowThreads = kFillCols < kThreads ? kFillCols : kThreads;
+  constexpr int kRowsAtOnce = kThreads / kRowThreads;
   const KernelArgs& args = wg.args;
-  const int4* rows = wg.template at<int4>(LdsLayout<H, SMALL>::segment_rows);
+  const int4* rows = wg.template at<int4>(LdsLayout<V>::segment_rows);
+  const int row_of_wave = kRowsAtOnce == 1 ? 0 : wg.wave / (kRowThreads / kLanes);
+  const int column_of_thread = kRowsAtOnce == 1 ? wg.tid : wg.tid % kRowThreads;
   for (int u = unit_begin; u < unit_end; ++u) {
-    for (int slot = 0; slot < V::kGeometry.block_rows; ++slot) {
-      const int row = uniform(rows[slot].x);
+    for (int slot0 = 0; slot0 < V::kGeometry.block_rows; slot0 += kRowsAtOnce) {
+      const int row = uniform(rows[slot0 + row_of_wave].x);
       const v4i rsrc = make_rsrc(uint64_t(args.out) + uint64_t(row < 0 ? 0 : row) *
                                                           uint64_t(args.out_stride) * kElementBytes,
                                  row >= 0 ? uint32_t(args.N) * kElementBytes : 0u);
-      for (int k = 0; k < V::kGeometry.fill_cols / kThreads; ++k) {
-        const int f = u * V::kGeometry.fill_cols + k * kThreads + wg.tid;
+      for (int k = 0; k < kFillCols / kRowThreads; ++k) {
+        const int f = u * kFillCols + k * kRowThreads + column_of_thread;
         const uint32_t offset = f < block.fill_keys
                                     ? uint32_t(scheduler::fill_key(block.span(), f)) * kElementBytes
                                     : kOutOfRange;
@@ -57,8 +64,8 @@ __device__ void fill_neg_inf(const Workgroup<H, SMALL>& wg, const BlockFacts& bl
 // of the W in the grid takes rows w, w + W, ... whole, all 512 threads on one row's contiguous run,
 // before its compute (nothing of it is live yet). The grid comes from the arguments: reading
 // gridDim (implicit kernel arguments) made the compiler spill in the stage loops (ISA check).
-template <int H, bool SMALL, typename Element>
-__device__ void fill_compressed_tails(const Workgroup<H, SMALL>& wg) {
+template <class V, typename Element>
+__device__ void fill_compressed_tails(const Workgroup<V>& wg) {
   constexpr uint32_t kElementBytes = sizeof(Element);
   const KernelArgs& args = wg.args;
   const int workgroups = args.grid_x * args.grid_y;

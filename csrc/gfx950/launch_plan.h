@@ -11,12 +11,16 @@
 // Why a model: above kPlanMaxRows the windows are not read on the host (no device sync), so the
 // split is chosen for the layout the design document's model assumes, priced with the same
 // CostModel (cost_model.h) and share arithmetic (common/work_scheduler.h) as the kernel.
+// H = 16 stores a row pair through one buffer resource (epilogue.h, store_pair_at_once), whose
+// offsets must stay below 2^31: the balanced plan may pair any two rows, so it takes an output
+// within that span; the fixed grid pairs adjacent rows.
 #pragma once
 #include <stdint.h>
 
 #include "common/work_scheduler.h"
 #include "gfx950/cost_model.h"
 #include "gfx950/geometry.h"
+#include "gfx950/layout.h"
 
 #if defined(__HIP_DEVICE_COMPILE__)
 #error "gfx950/launch_plan.h is host code"
@@ -90,14 +94,25 @@ inline int choose_fixed_grid_splits(Geometry geometry, int64_t M, int64_t N, int
   return best;
 }
 
-// fixed_grid_splits <= 0: the balanced plan when M fits it, else the model's split.
-inline LaunchPlan plan_launch(int64_t M, int64_t N, int heads, int fixed_grid_splits, int num_cus,
-                              bool clean) {
+// Whether a variant's row pairs `rows_apart` rows apart are reachable by its stores: always, but
+// at H = 16 (one resource per pair) only while the two rows' distance (compressed: minus their
+// window starts, below N) plus a stage's columns stays below kOutOfRange = 2^31 bytes.
+inline bool pair_stores_reach(Geometry geometry, int64_t rows_apart, int64_t out_stride, int64_t N,
+                              int element_bytes) {
+  return geometry.rows_per_tile == 1 ||
+         (rows_apart * out_stride + N + kSubTiles * kTileCols) * element_bytes < int64_t(kOutOfRange);
+}
+
+// fixed_grid_splits <= 0: the balanced plan when M fits it (and, at H = 16, the output's span
+// its pair stores), else the model's split. out_stride: the output's row stride in elements.
+inline LaunchPlan plan_launch(int64_t M, int64_t N, int heads, int head_dim, int64_t out_stride,
+                              int element_bytes, int fixed_grid_splits, int num_cus, bool clean) {
   LaunchPlan plan{};
   plan.small = M <= kSmallMaxRows;
-  const Geometry geometry = geometry_of(heads, plan.small);
+  const Geometry geometry = geometry_of(heads, plan.small, head_dim);
   plan.blocks = int((M + geometry.block_rows - 1) / geometry.block_rows);
-  plan.balanced = fixed_grid_splits <= 0 && M <= geometry.plan_rows;
+  plan.balanced = fixed_grid_splits <= 0 && M <= geometry.plan_rows &&
+                  pair_stores_reach(geometry, M - 1, out_stride, N, element_bytes);
   plan.reverse_blocks = true;
   const int cus = num_cus > 0 ? num_cus : 1;
   if (plan.balanced) {

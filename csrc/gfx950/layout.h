@@ -5,9 +5,10 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]
 //   = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]          (kv_scale > 0, a precondition)
 //
-// Layouts touched: Q [M, H, 128] and K [N, 128] fp8 bytes as MFMA A/B fragments; a K stage in LDS
-// (S keys x 8 chunks of 16 B, swizzled) with per-wave kv_scale areas; the accumulator C (32 x 32)
-// and the out [M, N] fp32 rows it is stored to; the plan and block-row tables in LDS.
+// Layouts touched: Q [M, H, D] and K [N, D] fp8 bytes (D = 64 or 128) as MFMA A/B fragments; a K
+// stage in LDS (S keys x D / 16 chunks of 16 B, swizzled) with per-wave kv_scale areas; the
+// accumulator C (32 x 32) and the out [M, N] rows it is stored to; the plan and block-row tables
+// in LDS.
 // Why here: the kernel (pipeline.h, epilogue.h, the stage loop), its host emulation and the layout
 // tests (op_tests/gfx950/) must use the very same index functions. Host + device, constexpr,
 // torch-free and allocation-free.
@@ -27,9 +28,10 @@ constexpr uint32_t kOutOfRange = 0x80000000u;  // >= every num_records the kerne
 // 8 dwords. Which 32 is the hardware's business, but it is the same permutation for A and B, so any
 // consistent assignment of head_dim bytes to (lane half, byte) gives the same dot product. We use:
 // step s, lane half h = l / 32, byte b  <->  head_dim index 64 s + 32 h + b, i.e. 16-byte chunk
-// 4 s + 2 h + b / 16 of the 128-byte Q or K row.
-// Accumulator (32 x 32): lane l, element v holds row c_row(l, v) (= head of the tile) and column
-// l % 32 (= key of the sub-tile).
+// 4 s + 2 h + b / 16 of the D-byte Q or K row (steps s < D / 64).
+// Accumulator (32 x 32): lane l, element v holds row c_row(l, v) (= A row of the tile) and column
+// l % 32 (= key of the sub-tile). c_row(l, v) is v modulo 2 (and 4): which of a packed tile's two
+// rows an element belongs to is known at compile time.
 // ------------------------------------------------------------------------------------------------
 GFX950_FN int frag_chunk(int lane, int step, int half_read) {
   return 4 * step + 2 * (lane / 32) + half_read;
@@ -39,20 +41,32 @@ GFX950_FN int c_col(int lane) { return lane % 32; }
 
 // ------------------------------------------------------------------------------------------------
 // LDS slot layout and swizzle.
-// A stage's K is S keys x 8 chunks of 16 B. Chunk c of key k goes to chunk position
-//   p = 8 k + (c ^ swizzle(k)),  swizzle(k) = (k & 7) ^ ((k >> 3) & 1)
-// which makes every ds_read_b128 of the B fragments conflict-free both for 64 banks (16 lanes per
-// pass) and 32 banks (8 lanes per pass): within 16 consecutive keys, keys of equal parity get
-// distinct chunk columns, and within 8 consecutive keys all columns differ. The swizzle depends on
+// A stage's K is S keys x C chunks of 16 B (C = D / 16: 8 at D = 128, 4 at D = 64). Chunk c of key
+// k goes to chunk position
+//   p = C k + (c ^ swizzle(k)),
+//   swizzle(k) = (k & 7) ^ ((k >> 3) & 1)          C = 8: a key is half a 256-byte bank line
+//   swizzle(k) = ((k >> 1) & 3) ^ ((k >> 3) & 1)   C = 4: a key is a quarter of one
+// which makes every ds_read_b128 of the B fragments (16 consecutive keys, one chunk index per
+// phase) conflict-free both for 64 banks (16 lanes per pass) and 32 banks (8 lanes per pass):
+// C = 8: within 16 consecutive keys, keys of equal parity get distinct chunk columns, and within 8
+// consecutive keys all columns differ. C = 4: within 16 keys, those of equal k % 4 (same quarter of
+// a bank line) get distinct columns (bits 2 and 3 of k change different bits), and within 8 keys
+// those of equal parity (same half of a 128-byte line) do (bits 1 and 2 do). The swizzle depends on
 // k & 15 only, so sub-tile j of a stage is sub-tile 0 shifted by a constant.
 // Position p lives at byte padded_chunk(p) of the slot: wave w's DMAs fill positions
 // [64 D w, 64 D (w + 1)) (D = DMAs per wave), followed by that wave's 64 kv_scales, so each
 // wave's part is one contiguous LDS-DMA target and its scales sit at a fixed instruction offset.
 // ------------------------------------------------------------------------------------------------
-GFX950_FN int swizzle(int key) { return (key & 7) ^ ((key >> 3) & 1); }
-GFX950_FN int lds_chunk(int key, int c) { return key * kChunksPerKey + (c ^ swizzle(key)); }
-GFX950_FN int chunk_key(int p) { return p / kChunksPerKey; }
-GFX950_FN int chunk_col(int p) { return (p % kChunksPerKey) ^ swizzle(chunk_key(p)); }
+GFX950_FN int swizzle(int chunks, int key) {
+  return chunks == 8 ? (key & 7) ^ ((key >> 3) & 1) : ((key >> 1) & 3) ^ ((key >> 3) & 1);
+}
+GFX950_FN int lds_chunk(Geometry geometry, int key, int c) {
+  return key * geometry.chunks_per_key + (c ^ swizzle(geometry.chunks_per_key, key));
+}
+GFX950_FN int chunk_key(Geometry geometry, int p) { return p / geometry.chunks_per_key; }
+GFX950_FN int chunk_col(Geometry geometry, int p) {
+  return (p % geometry.chunks_per_key) ^ swizzle(geometry.chunks_per_key, chunk_key(geometry, p));
+}
 GFX950_FN int padded_chunk(Geometry geometry, int p) {
   const int per_wave = geometry.dmas_per_wave * kLanes;
   return (p / per_wave) * geometry.wave_part_bytes + (p % per_wave) * kChunkBytes;
@@ -71,7 +85,8 @@ GFX950_FN int dma_m0(Geometry geometry, int wave) { return wave * geometry.wave_
 GFX950_FN int dma_inst_offset(int d) { return d * kDmaBytes; }
 GFX950_FN uint32_t dma_voffset(Geometry geometry, int wave, int d, int lane) {
   const int p = dma_position(geometry, wave, d, lane);
-  return uint32_t(chunk_key(p) * kKeyBytes + chunk_col(p) * kChunkBytes - dma_inst_offset(d));
+  return uint32_t(chunk_key(geometry, p) * geometry.head_dim + chunk_col(geometry, p) * kChunkBytes -
+                  dma_inst_offset(d));
 }
 // kv_scale DMA of a wave: same M0, instruction offset = its K bytes, lane l loads the scale of
 // stage key 64 * key_group + l. The buffer base is moved back by the instruction offset.
@@ -84,11 +99,11 @@ GFX950_FN int scale_first_key(Geometry geometry, int wave) {
 // (stage-local sub-tile `sub`), lane, MFMA step and 16-byte half; later sub-tiles add
 // subtile_stride().
 GFX950_FN int b_read_offset(Geometry geometry, int sub, int lane, int step, int half_read) {
-  return padded_chunk(geometry,
-                      lds_chunk(kTileCols * sub + lane % 32, frag_chunk(lane, step, half_read)));
+  return padded_chunk(geometry, lds_chunk(geometry, kTileCols * sub + lane % 32,
+                                          frag_chunk(lane, step, half_read)));
 }
 GFX950_FN int subtile_stride(Geometry geometry) {
-  return padded_chunk(geometry, kTileCols * kChunksPerKey) - padded_chunk(geometry, 0);
+  return padded_chunk(geometry, kTileCols * geometry.chunks_per_key) - padded_chunk(geometry, 0);
 }
 // ds_read_b32 of the kv_scale for (wave, its sub-tile j, lane): within the wave's own scale area.
 GFX950_FN int scale_read_offset(Geometry geometry, int wave, int j, int lane) {
@@ -103,6 +118,9 @@ GFX950_FN int scale_read_offset(Geometry geometry, int wave, int j, int lane) {
 // compressed layout), so the hardware drops keys past the limit and missing rows; the other
 // half-wave gets an out-of-range offset. Masked stages also push out-of-window lanes out of range
 // (clean_logits=False, or the compressed layout) or store -inf there (full layout, True).
+// H = 16 stores both rows of a pair with one store instead (Epilogue::store_pair_at_once): one
+// resource at the lower row's key k0 with num_records = kOutOfRange, each half-wave at its row's
+// offset from there (WaveRows::pair_offset), the key limits kept by the stage masks.
 // ------------------------------------------------------------------------------------------------
 GFX950_FN uint32_t store_offset(int sub, int lane, int half, int element_bytes) {
   return uint32_t(kTileCols * sub + lane % 32) * uint32_t(element_bytes) | (lane / 32 == half ? 0u : kOutOfRange);
@@ -123,9 +141,9 @@ GFX950_FN bool buffer_in_range(uint64_t offset, uint64_t bytes, uint64_t num_rec
 //   segment_rows           int4 (row, begin, end, 0) per block row of the current segment; row -1
 //                          for a position past M
 // ------------------------------------------------------------------------------------------------
-template <int H, bool SMALL>
+template <class V>
 struct LdsLayout {
-  static constexpr Geometry kGeometry = geometry_of(H, SMALL);
+  static constexpr Geometry kGeometry = V::kGeometry;
   static constexpr int align16(int x) { return (x + 15) & ~15; }
   static constexpr int chunks = kGeometry.plan_rows / kLanes;
   static constexpr int ring_bytes = kGeometry.slots * kGeometry.slot_bytes;

@@ -1,11 +1,11 @@
 // gfx950 fp8_mqa_logits: the K pipeline. Global K and kv_scale -> LDS ring by the 16-byte LDS DMA,
-// kPrefetchStages stages ahead, with hand-placed waits; B fragments and scales out of the ring.
+// prefetch_stages stages ahead, with hand-placed waits; B fragments and scales out of the ring.
 //
 //   logits[m, n] = kv_scale[n] * sum_h relu(Q[m,h,:] . K[n,:]) * w[m,h]
 //   stage i of a block holds keys [first_key + i S, + S) (S = stage_keys); K[n,:] and kv_scale[n]
 //   of those keys are what this file moves.
 //
-// Layouts touched: kv [N, 128] fp8 and kv_scales [N] fp32 through buffer resources whose
+// Layouts touched: kv [N, D] fp8 and kv_scales [N] fp32 through buffer resources whose
 // num_records stop at N (and at 0 for a stage past the segment: still issued, so every iteration
 // issues the same VMEM count); the ring slots of layout.h (swizzled K, a kv_scale area per wave);
 // the B fragment layout of the MFMA.
@@ -26,6 +26,7 @@ namespace aiter {
 namespace gfx950 {
 
 // Per-lane constants of a wave's ring traffic (VGPRs, computed once).
+template <int kSteps>
 struct RingLanes {
   uint32_t dma[2];               // K DMA voffsets
   uint32_t scale_dma;            // kv_scale DMA voffset
@@ -39,16 +40,16 @@ struct StageLoad {
   uint32_t m0;
 };
 
-template <int H, bool SMALL>
+template <class V>
 struct KeyPipeline {
-  using V = Variant<H, SMALL>;
-  using Lds = LdsLayout<H, SMALL>;
-  const Workgroup<H, SMALL> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
+  using Lds = LdsLayout<V>;
+  using Lanes = RingLanes<V::kSteps>;
+  const Workgroup<V> wg;  // a copy: a reference to a sibling member would keep the kernel object in scratch
 
-  __device__ explicit KeyPipeline(const Workgroup<H, SMALL>& workgroup) : wg(workgroup) {}
+  __device__ explicit KeyPipeline(const Workgroup<V>& workgroup) : wg(workgroup) {}
 
-  __device__ RingLanes lanes() const {
-    RingLanes lanes;
+  __device__ Lanes lanes() const {
+    Lanes lanes;
 #pragma unroll
     for (int d = 0; d < 2; ++d)
       lanes.dma[d] =
@@ -56,7 +57,7 @@ struct KeyPipeline {
     lanes.scale_dma = uint32_t(wg.lane) * 4u;
     const int sub0 = wave_subtile(V::geometry(), wg.wave, 0);
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s)
+    for (int s = 0; s < V::kSteps; ++s)
 #pragma unroll
       for (int q = 0; q < 2; ++q)
         lanes.b_read[s][q] = uint32_t(b_read_offset(V::geometry(), sub0, wg.lane, s, q));
@@ -70,7 +71,7 @@ struct KeyPipeline {
   static constexpr __device__ int next_slot(int slot) {
     return slot + 1 == V::kGeometry.slots ? 0 : slot + 1;
   }
-  // The slot read in the previous iteration: stage i + kPrefetchStages goes there.
+  // The slot read in the previous iteration: stage i + prefetch_stages goes there.
   static constexpr __device__ int previous_slot(int slot) {
     return slot == 0 ? V::kGeometry.slots - 1 : slot - 1;
   }
@@ -83,8 +84,8 @@ struct KeyPipeline {
     const bool live = stage < stage_end;
     const int stage_key = first_key + stage * V::kStageKeys;
     const int scale_key = stage_key + scale_first_key(V::geometry(), wg.wave);
-    load.k_rsrc = make_rsrc(uint64_t(args.kv) + uint64_t(stage_key) * kKeyBytes,
-                            live ? uint32_t(args.N - stage_key) * kKeyBytes : 0u);
+    load.k_rsrc = make_rsrc(uint64_t(args.kv) + uint64_t(stage_key) * V::kHeadDim,
+                            live ? uint32_t(args.N - stage_key) * V::kHeadDim : 0u);
     load.scale_rsrc =
         make_rsrc(uint64_t(args.kv_scales) + uint64_t(scale_key) * 4u - scale_inst_offset(V::geometry()),
                   live && scale_key < args.N
@@ -106,10 +107,10 @@ struct KeyPipeline {
 #define GFX950_STAGE_OPERANDS                                                                 \
   [dv0] "v"(lanes.dma[0]), [sv] "v"(lanes.scale_dma), [rk] "s"(load.k_rsrc),                  \
       [rs] "s"(load.scale_rsrc), [so] "n"(scale_inst_offset(V::geometry())),                  \
-      [wait] "n"(V::kGeometry.vmcnt_wait), "{m0}"(load.m0), [depth] "n"(kPrefetchStages)
+      [wait] "n"(V::kGeometry.vmcnt_wait), "{m0}"(load.m0), [depth] "n"(V::kGeometry.prefetch_stages)
 
   // Prologue: no wait; s_nop 0 is the wait state an M0 write needs before an LDS DMA reads it.
-  __device__ __forceinline__ void issue_prologue(const StageLoad& load, const RingLanes& lanes) const {
+  __device__ __forceinline__ void issue_prologue(const StageLoad& load, const Lanes& lanes) const {
     if constexpr (V::kGeometry.dmas_per_wave == 1)
       asm volatile("s_nop 0\n\t" GFX950_STAGE_DMAS_1 ::GFX950_STAGE_OPERANDS : "memory");
     else
@@ -120,7 +121,7 @@ struct KeyPipeline {
   // VMEM op issued after them: loads of the next D-1 stages and the stores of D stages), and its
   // LDS reads of the slot about to be refilled; barrier so all waves' loads are done; then load
   // stage i + D. The waitcnt and barrier are also M0's wait states.
-  __device__ __forceinline__ void issue_in_loop(const StageLoad& load, const RingLanes& lanes) const {
+  __device__ __forceinline__ void issue_in_loop(const StageLoad& load, const Lanes& lanes) const {
     if constexpr (V::kGeometry.dmas_per_wave == 1)
       asm volatile("s_waitcnt vmcnt(%[wait]) lgkmcnt(0)\n\ts_barrier\n\t" GFX950_STAGE_DMAS_1
                    "\n\t; gfx950-stage-vmem %[vm] depth %[depth]" ::GFX950_STAGE_OPERANDS,
@@ -144,15 +145,15 @@ struct KeyPipeline {
   }
 
   // kv_scale of the wave's sub-tile j in the slot at slot_offset (ds_read_b32).
-  __device__ __forceinline__ float read_scale(int slot_offset, int j, const RingLanes& lanes) const {
+  __device__ __forceinline__ float read_scale(int slot_offset, int j, const Lanes& lanes) const {
     return *wg.template at<float>(int(lanes.scale_read) + slot_offset + j * kTileCols * 4);
   }
-  // B fragments of the wave's sub-tile j (ds_read_b128 x 4).
-  __device__ __forceinline__ void read_b(v8i (&b)[kSteps], int slot_offset, int j,
-                                         const RingLanes& lanes) const {
+  // B fragments of the wave's sub-tile j (ds_read_b128 x 2 per MFMA step).
+  __device__ __forceinline__ void read_b(v8i (&b)[V::kSteps], int slot_offset, int j,
+                                         const Lanes& lanes) const {
     const int offset = slot_offset + j * subtile_stride(V::geometry());
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < V::kSteps; ++s) {
       const v4i lo = *wg.template at<v4i>(int(lanes.b_read[s][0]) + offset);
       const v4i hi = *wg.template at<v4i>(int(lanes.b_read[s][1]) + offset);
       b[s] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);

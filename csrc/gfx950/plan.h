@@ -268,18 +268,17 @@ GFX950_HD inline void for_each_segment(bool balanced, int blocks, int fixed_bloc
 namespace aiter {
 namespace gfx950 {
 
-template <int H, bool SMALL>
-__device__ __forceinline__ PlanTables plan_tables(const Workgroup<H, SMALL>& wg) {
-  using Lds = LdsLayout<H, SMALL>;
+template <class V>
+__device__ __forceinline__ PlanTables plan_tables(const Workgroup<V>& wg) {
+  using Lds = LdsLayout<V>;
   return PlanTables{wg.template at<uint64_t>(Lds::nonempty_mask),
                     wg.template at<int>(Lds::chunk_nonempty_prefix), wg.args.M};
 }
 
 // All threads; every workgroup builds the identical plan.
-template <int H, bool SMALL>
-__device__ void build_balanced_plan(const Workgroup<H, SMALL>& wg, int blocks) {
-  using Lds = LdsLayout<H, SMALL>;
-  using V = Variant<H, SMALL>;
+template <class V>
+__device__ void build_balanced_plan(const Workgroup<V>& wg, int blocks) {
+  using Lds = LdsLayout<V>;
   const KernelArgs& args = wg.args;
   const int M = args.M, N = args.N;
   const int chunks = plan_chunks(M);
@@ -335,10 +334,9 @@ __device__ void build_balanced_plan(const Workgroup<H, SMALL>& wg, int blocks) {
 
 // Segment setup: the block's rows (natural row, begin, end) into LDS segment_rows, then its facts
 // for every thread (uniform).
-template <int H, bool SMALL>
-__device__ BlockFacts setup_block(const Workgroup<H, SMALL>& wg, int block, bool balanced) {
-  using Lds = LdsLayout<H, SMALL>;
-  using V = Variant<H, SMALL>;
+template <class V>
+__device__ BlockFacts setup_block(const Workgroup<V>& wg, int block, bool balanced) {
+  using Lds = LdsLayout<V>;
   const KernelArgs& args = wg.args;
   int4* rows = wg.template at<int4>(Lds::segment_rows);
   if (wg.tid < V::kGeometry.block_rows) {

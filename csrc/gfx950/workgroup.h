@@ -4,7 +4,7 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
 //
-// Layouts touched: the tensors of KernelArgs (row-major: q [M, H, 128] and kv [N, 128] fp8 bytes,
+// Layouts touched: the tensors of KernelArgs (row-major: q [M, H, D] and kv [N, D] fp8 bytes,
 // kv_scales [N], weights [M, H] with row stride weights_stride, out [M, N] float32 or bfloat16 (the
 // kernel's Element) with row stride out_stride, or the compressed [M, out_columns] (key n of row m
 // at column n - s_m), ks / ke [M] int32 raw bounds); the workgroup's LDS (LdsLayout, layout.h).
@@ -44,10 +44,11 @@ struct KernelArgs {
   int32_t grid_x, grid_y;  // the launch's grid (the compressed tails walk rows over all of it)
 };
 
-// One workgroup of a kernel variant: its arguments, its LDS and who this thread is.
-template <int H, bool SMALL>
-struct Workgroup : Variant<H, SMALL> {
-  using Lds = LdsLayout<H, SMALL>;
+// One workgroup of a kernel variant (V: a Variant, geometry.h): its arguments, its LDS and who
+// this thread is.
+template <class V>
+struct Workgroup : V {
+  using Lds = LdsLayout<V>;
 
   const KernelArgs& args;
   uint8_t* lds;
@@ -70,16 +71,22 @@ struct Workgroup : Variant<H, SMALL> {
 };
 
 // What a wave holds for its rows during a segment (loaded once per segment, kept in VGPRs).
-template <int H, bool SMALL>
+template <class V>
 struct WaveRows {
-  static constexpr int kRowsPerWave = Variant<H, SMALL>::kRowsPerWave;
-  static constexpr int kPairsPerWave = Variant<H, SMALL>::kPairsPerWave;
-  v8i q_frag[kTilesPerWave][kSteps];  // A fragments
-  v4f weights[kTilesPerWave][4];      // w of the 16 heads each lane's accumulator elements hold
+  static constexpr int kRowsPerWave = V::kRowsPerWave;
+  static constexpr int kPairsPerWave = V::kPairsPerWave;
+  v8i q_frag[kTilesPerWave][V::kSteps];  // A fragments
+  v4f weights[kTilesPerWave][4];         // w of the 16 (row, head)s each lane's accumulator elements hold
   uint64_t out_row[kRowsPerWave];     // byte address of the row's key 0 in out (uniform; compressed: s_m columns before the row)
   int key_limit[kRowsPerWave];        // keys stored below this: N, or s_m + out_columns (compressed)
   int valid[kRowsPerWave];
   uint32_t window_addr[kPairsPerWave];  // LDS address of the (s, e) of the pair row this lane stores
+  // H = 16 stores a pair with one instruction (epilogue.h): the lower of its two rows' addresses
+  // of key 0 (uniform), and per lane the byte offset from there of its key of the stage (the
+  // wave's first sub-tile) in its own row (lanes 0-31 row A, 32-63 row B), or kOutOfRange for a
+  // missing row.
+  uint64_t pair_base[kPairsPerWave];
+  uint32_t pair_offset[kPairsPerWave];
 };
 
 }  // namespace gfx950

@@ -2,9 +2,11 @@
 
     python -m dev.isa.check --arch gfx950 --asm-out FILE
 
-Compiles csrc/gfx950/fp8_mqa_logits_gfx950.hip with clang (Debian's clang++-22 on CPU machines;
-AITER_GFX950_CLANG overrides) and the JIT's GFX950_HIP_FLAGS from build_config.py, writes the
-assembly with its metadata to FILE, and fails when, for any of the four kernels:
+Compiles every source of build_config.GFX950_SOURCES (the launcher and the kernel instances, one
+file per H, in parallel) with clang (Debian's clang++-22 on CPU machines; AITER_GFX950_CLANG
+overrides) and the JIT's GFX950_HIP_FLAGS, writes their assembly with its metadata to FILE (one
+after the other), and fails when, for any kernel of KERNELS (every served H x D x path x logits
+format, csrc/gfx950/instances.h: 48), or when one is missing:
   - the stage loop (each innermost loop holding MFMAs) lacks v_mfma_f32_32x32x64_f8f6f4 or
     v_permlane32_swap_b32, holds an s_nop, packed fp32 math (v_pk_fma/mul/add_f32, which does not
     co-issue with MFMA), or an s_waitcnt vmcnt the compiler placed (the loop's only vmcnt wait is
@@ -25,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,25 +35,28 @@ from pathlib import Path
 
 from aiter.jit import build_config
 
-SOURCE = build_config.GFX950_SOURCES[0]
-KERNELS = (
-    "fp8_mqa_logits_gfx950_h32",
-    "fp8_mqa_logits_gfx950_h64",
-    "fp8_mqa_logits_gfx950_h32_small",
-    "fp8_mqa_logits_gfx950_h64_small",
-    "fp8_mqa_logits_gfx950_h32_bf16",
-    "fp8_mqa_logits_gfx950_h64_bf16",
-    "fp8_mqa_logits_gfx950_h32_small_bf16",
-    "fp8_mqa_logits_gfx950_h64_small_bf16",
-    "fp8_mqa_logits_gfx950_h32_compressed",
-    "fp8_mqa_logits_gfx950_h64_compressed",
-    "fp8_mqa_logits_gfx950_h32_small_compressed",
-    "fp8_mqa_logits_gfx950_h64_small_compressed",
-    "fp8_mqa_logits_gfx950_h32_bf16_compressed",
-    "fp8_mqa_logits_gfx950_h64_bf16_compressed",
-    "fp8_mqa_logits_gfx950_h32_small_bf16_compressed",
-    "fp8_mqa_logits_gfx950_h64_small_bf16_compressed",
-)
+SOURCES = build_config.GFX950_SOURCES
+
+
+def kernel_name(heads: int, head_dim: int, small: bool = False, bf16: bool = False, compressed: bool = False) -> str:
+    """The instance's name, as csrc/gfx950/instances.h spells it (D = 128 has no suffix)."""
+    return (f"fp8_mqa_logits_gfx950_h{heads}" + ("" if head_dim == 128 else f"_d{head_dim}") +
+            ("_small" if small else "") + ("_bf16" if bf16 else "") + ("_compressed" if compressed else ""))
+
+
+def _kernels() -> tuple[str, ...]:
+    """Every instance the backend must have: capabilities.h's H x D, both paths, all four formats
+    (format-major, then D = 128 before 64, then H)."""
+    from aiter import backends
+
+    gfx950 = backends.backends()["gfx950"]
+    dims = sorted(gfx950.head_dims, reverse=True)
+    return tuple(kernel_name(h, d, small, bf16, compressed)
+                 for compressed in (False, True) for bf16 in (False, True) for small in (False, True)
+                 for d in dims for h in gfx950.heads)
+
+
+KERNELS = _kernels()
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
 PERMLANE = "v_permlane32_swap_b32"
 REG_BUDGET = 256  # 512 VGPR+AGPR per SIMD lane / 2 waves per SIMD (one 8-wave workgroup per CU)
@@ -77,15 +83,32 @@ def _base_command() -> list[str]:
             "-D__AMDGCN_WAVEFRONT_SIZE=64", *flags, *[f"-I{root / d}" for d in build_config.INCLUDE_DIRS]]
 
 
-def compile_command(asm_out: str) -> list[str]:
-    """Device code only, to assembly with its metadata."""
-    source = os.fspath(build_config.csrc_dir() / SOURCE)
-    return _base_command() + ["--cuda-device-only", "--no-gpu-bundle-output", "-S", "-o", asm_out, source]
+def compile_command(asm_out: str, source: str) -> list[str]:
+    """Device code of one source (a name of GFX950_SOURCES), to assembly with its metadata."""
+    return _base_command() + ["--cuda-device-only", "--no-gpu-bundle-output", "-S", "-o", asm_out,
+                              os.fspath(build_config.csrc_dir() / source)]
 
 
-def host_syntax_command() -> list[str]:
+def host_syntax_command(source: str) -> list[str]:
     """The host pass a real hipcc also runs: it parses the device code and compiles the launcher."""
-    return _base_command() + ["--cuda-host-only", "-fsyntax-only", os.fspath(build_config.csrc_dir() / SOURCE)]
+    return _base_command() + ["--cuda-host-only", "-fsyntax-only", os.fspath(build_config.csrc_dir() / source)]
+
+
+def compile_all(asm_out: str) -> tuple[bool, str, list[str]]:
+    """Compiles every source's device code in parallel and writes their assembly to asm_out, one
+    after the other. Returns (ok, the compilers' stderr, the command lines)."""
+    Path(asm_out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"{i}.s") for i in range(len(SOURCES))]
+        cmds = [compile_command(out, src) for out, src in zip(outs, SOURCES)]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in cmds]
+        results = [(p.wait(), p.communicate()[1]) for p in procs]
+        ok = all(rc == 0 for rc, _ in results)
+        if ok:
+            with open(asm_out, "w") as f:
+                for out in outs:
+                    f.write(Path(out).read_text())
+    return ok, "".join(err for _, err in results), [" ".join(c) for c in cmds]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -179,12 +202,13 @@ def parse_blocks(lines: list[str]) -> list[Block]:
 
 
 def parse_metadata(text: str) -> dict[str, dict[str, int]]:
+    """Kernel name -> its numeric metadata, from every .amdgpu_metadata block (one per source)."""
     meta: dict[str, dict[str, int]] = {}
-    block = text.split(".amdgpu_metadata", 1)[-1]
-    for entry in re.split(r"\n  - ", block)[1:]:
-        fields = dict(re.findall(r"\.(\w+):\s+(\S+)", entry))
-        if "name" in fields:
-            meta[fields["name"]] = {k: int(v) for k, v in fields.items() if re.fullmatch(r"-?\d+", v)}
+    for block in re.findall(r"\.amdgpu_metadata(.*?)(?:\.end_amdgpu_metadata|\Z)", text, re.S):
+        for entry in re.split(r"\n  - ", block)[1:]:
+            fields = dict(re.findall(r"\.(\w+):\s+(\S+)", entry))
+            if "name" in fields:
+                meta[fields["name"]] = {k: int(v) for k, v in fields.items() if re.fullmatch(r"-?\d+", v)}
     return meta
 
 
@@ -482,25 +506,25 @@ def check_text(text: str) -> tuple[list[str], list[str]]:
 
 def check(asm_out: str) -> int:
     t0 = time.time()
-    cmd = compile_command(asm_out)
-    Path(asm_out).parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print("isa_gfx950: compile failed:\n  " + " ".join(cmd), file=sys.stderr)
-        print(proc.stderr, file=sys.stderr)
+    ok, stderr, cmds = compile_all(asm_out)
+    if not ok:
+        print("isa_gfx950: compile failed:\n  " + "\n  ".join(cmds), file=sys.stderr)
+        print(stderr, file=sys.stderr)
         return 1
-    if proc.stderr.strip():
-        print(proc.stderr, file=sys.stderr)
+    if stderr.strip():
+        print(stderr, file=sys.stderr)
     fails, lines = check_text(Path(asm_out).read_text())
-    print(f"isa_gfx950: compiled in {time.time() - t0:.1f} s: {' '.join(cmd)}")
-    host = subprocess.run(host_syntax_command(), capture_output=True, text=True)
-    if host.returncode != 0:
-        fails.append("the host pass does not compile:\n" + host.stderr)
+    print(f"isa_gfx950: compiled {len(SOURCES)} sources in parallel in {time.time() - t0:.1f} s: " + "; ".join(cmds))
+    for source in SOURCES:
+        host = subprocess.run(host_syntax_command(source), capture_output=True, text=True)
+        if host.returncode != 0:
+            fails.append(f"the host pass of {source} does not compile:\n" + host.stderr)
     for line in lines:
         print(line)
     for f in fails:
         print(f"FAIL: {f}")
-    print(f"isa_gfx950: {'FAILED' if fails else 'passed'} ({len(fails)} failure(s)); assembly in {asm_out}")
+    print(f"isa_gfx950: {'FAILED' if fails else 'passed'} ({len(fails)} failure(s), {len(KERNELS)} kernels); "
+          f"assembly in {asm_out}")
     return 1 if fails else 0
 
 

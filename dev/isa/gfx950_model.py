@@ -3,7 +3,10 @@
 A MODEL, not a measurement: no MI355X exists here. It compiles the kernel as the ISA check does (or
 reads its assembly), takes every kernel's clean stage loop (the stage loop with the fewest VALU: no
 masks), counts its instructions per class, runs Debian's llvm-mca-22 on it, and predicts the time of
-the benchmark rows from the balanced plan of the host emulation (op_tests/gfx950).
+the benchmark rows from the balanced plan of the host emulation (op_tests/gfx950), for the main
+float32 kernel of every served (H, D). A stage is the variant's own: each wave takes 64 keys of it at
+any D, so a D = 64 stage (twice the key groups, half the rows per block) holds half a D = 128
+stage's MFMA work per wave, and the plan counts its own stages.
 
 Assumptions, each a number below: 256 CUs at 2.4 GHz; one 8-wave workgroup per CU, so 2 waves per
 SIMD; one stage = one iteration of the clean loop per wave. The FP8 MFMA v_mfma_f32_32x32x64_f8f6f4
@@ -109,7 +112,7 @@ def mca_cycles(lines: list[str], mfma_twice: bool = True) -> float | None:
         return None
 
 
-def busiest_units(mode: str, M: int, N: int, H: int, clean: bool = True) -> int:
+def busiest_units(mode: str, M: int, N: int, H: int, clean: bool = True, D: int = 128) -> int:
     """The busiest workgroup's units in the kernel's balanced plan (the host emulation's)."""
     sys.path.insert(0, os.fspath(isa.Path(__file__).resolve().parents[2] / "op_tests"))
     from gfx950 import hostlib  # noqa: E402  (the test tree's build of the emulation)
@@ -119,10 +122,10 @@ def busiest_units(mode: str, M: int, N: int, H: int, clean: bool = True) -> int:
     lib = hostlib.load()
     ks, ke = make_windows(mode, M, N)
     units, segments = (ctypes.c_int32 * NUM_CUS)(), (ctypes.c_int32 * NUM_CUS)()
-    total = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32), M, N, H,
+    total = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32), M, N, H, D,
                                      int(clean), NUM_CUS, units, segments)
     if total < 0:
-        raise RuntimeError(f"no balanced plan for {mode} {M}x{N} H={H}")
+        raise RuntimeError(f"no balanced plan for {mode} {M}x{N} H={H} D={D}")
     return max(units)
 
 
@@ -135,9 +138,9 @@ def main(argv=None) -> int:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "k.s")
-            r = subprocess.run(isa.compile_command(out), capture_output=True, text=True)
-            if r.returncode != 0:
-                print(r.stderr[-2000:], file=sys.stderr)
+            ok, stderr, _ = isa.compile_all(out)
+            if not ok:
+                print(stderr[-2000:], file=sys.stderr)
                 return 1
             text = open(out).read()
     kernels = isa.parse(text)
@@ -145,8 +148,8 @@ def main(argv=None) -> int:
     print(f"{CLOCK_GHZ} GHz, {NUM_CUS} CUs, {WAVES_PER_SIMD} waves/SIMD, FP8 MFMA {MFMA_CLOCKS} clocks, "
           f"VALU {ISSUE_CLOCKS} clocks; cycles per stage per SIMD\n")
     print("| kernel | MFMA | VALU | SALU | LDS | VMEM | MFMA-bound | VALU-bound | serialised | "
-          "llvm-mca cycles/iter (8-pass, 16-pass) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "llvm-mca cycles/iter (8-pass, 16-pass) | VGPR+AGPR | LDS bytes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     stage = {}
     for name in isa.KERNELS:
         if name not in kernels:
@@ -157,21 +160,27 @@ def main(argv=None) -> int:
         mca = [mca_cycles(lines, mfma_twice=twice) for twice in (False, True)]
         stage[name] = b
         mca_text = "-" if None in mca else f"{mca[0]:.0f}, {mca[1]:.0f}"
+        meta = kernels[name].meta
         print(f"| {name} | {counts.mfma} | {counts.valu} | {counts.salu} | {counts.lds} | {counts.vmem} | "
-              f"{b.mfma:.0f} | {b.valu:.0f} | {b.serialised:.0f} | {mca_text} |")
+              f"{b.mfma:.0f} | {b.valu:.0f} | {b.serialised:.0f} | {mca_text} | "
+              f"{meta.get('vgpr_count', 0)}+{meta.get('agpr_count', 0)} | {meta.get('group_segment_fixed_size', 0)} |")
     print("\nPredicted µs (busiest workgroup's units x cycles per stage; clean_logits; main path, float32):")
-    print("| H | mode, M x N | units | MFMA-bound | VALU-bound | serialised | measured anchor (H=32, the design "
-          "document's HIP kernel) |")
-    print("|---|---|---|---|---|---|---|")
-    for H in (32, 64):
-        b = stage.get(f"fp8_mqa_logits_gfx950_h{H}")
-        if b is None:
-            continue
-        for mode, M, N, anchor in ROWS:
-            units = busiest_units(mode, M, N, H)
-            cells = [predicted_us(units, c) for c in (b.mfma, b.valu, b.serialised)]
-            print(f"| {H} | {mode} {M}x{N} | {units} | " + " | ".join(f"{c:.0f}" for c in cells) +
-                  f" | {anchor if H == 32 else '-'} |")
+    print("| H | D | mode, M x N | units | MFMA-bound | VALU-bound | serialised | measured anchor (H=32 D=128, "
+          "the design document's HIP kernel) |")
+    print("|---|---|---|---|---|---|---|---|")
+    from aiter import backends
+
+    served = backends.backends()["gfx950"]
+    for D in sorted(served.head_dims, reverse=True):
+        for H in served.heads:
+            b = stage.get(isa.kernel_name(H, D))
+            if b is None:
+                continue
+            for mode, M, N, anchor in ROWS:
+                units = busiest_units(mode, M, N, H, D=D)
+                cells = [predicted_us(units, c) for c in (b.mfma, b.valu, b.serialised)]
+                print(f"| {H} | {D} | {mode} {M}x{N} | {units} | " + " | ".join(f"{c:.0f}" for c in cells) +
+                      f" | {anchor if (H, D) == (32, 128) else '-'} |")
     return 0
 
 

@@ -8,11 +8,13 @@
 // block facts, clean-stage run, shares and segment walk (plan.h, all host + device), the prices of
 // the shared work scheduler (common/work_scheduler.h via cost_model.h) and every index of layout.h.
 // What it models itself is what only a GPU has: the 64-lane ballots and scans that fill the plan
-// tables, the LDS ring filled by LDS DMAs (swizzled K, per-wave kv_scale areas, buffer range
-// checks), ds_read_b128 B fragments, MFMA 32x32x64 on 64-lane fragments in the CDNA4 A/B/C register
-// layouts, the even/odd epilogue chains, the software pipeline with its deferred epilogue and
-// tails, the permlane32 row-pair reduction, per-row buffer stores with out-of-range dropping (float
-// or bfloat16 elements, full or compressed rows), the -inf fill stores and the compressed tails.
+// tables, the LDS ring filled by LDS DMAs (swizzled K of D = 64 or 128 bytes, per-wave kv_scale
+// areas, buffer range checks), ds_read_b128 B fragments, MFMA 32x32x64 steps on 64-lane fragments
+// in the CDNA4 A/B/C register layouts (H = 16: two rows per tile, interleaved), the even/odd
+// epilogue chains, the software pipeline with its deferred epilogue and tails, the permlane32
+// row-pair reductions (both asm forms), per-row buffer stores with out-of-range dropping, or at
+// H = 16 one store per row pair through one resource (float or bfloat16 elements, full or
+// compressed rows), the -inf fill stores and the compressed tails.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
 #include <algorithm>
@@ -23,6 +25,7 @@
 
 #include "common/fp8_mqa_logits_params.h"
 #include "common/work_scheduler.h"
+#include "gfx950/capabilities.h"
 #include "gfx950/cost_model.h"
 #include "gfx950/geometry.h"
 #include "gfx950/launch_plan.h"
@@ -37,6 +40,7 @@ namespace scheduler = aiter::scheduler;
 namespace {
 
 const float* const kFp8 = aiter::e4m3_table();
+constexpr int kMaxRowsPerWave = 8;  // H = 16: 4 tiles of two rows
 
 // Which head_dim index (k of the MFMA) byte b of lane half h holds inside the hardware. The
 // kernel's result must not depend on it (A and B share the permutation); the tests run two.
@@ -80,8 +84,9 @@ struct Emulator {
       : args(params), kmap(kmap_variant) {
     clean_in_plan = args.clean_logits && !args.compressed;
     element_bytes = args.logits_dtype == aiter::LogitsDtype::kBFloat16 ? 2 : 4;
-    launch = plan_launch(args.M, args.N, args.H, fixed_grid_splits, num_cus, clean_in_plan);
-    geometry = geometry_of(args.H, launch.small);
+    launch = plan_launch(args.M, args.N, args.H, args.D, args.out_stride, element_bytes, fixed_grid_splits,
+                         num_cus, clean_in_plan);
+    geometry = geometry_of(args.H, launch.small, args.D);
     blocks = int((args.M + geometry.block_rows - 1) / geometry.block_rows);
     ring.assign(size_t(geometry.slots) * geometry.slot_bytes, 0);
     segment_rows.resize(geometry.block_rows);
@@ -158,14 +163,14 @@ struct Emulator {
     uint8_t* slot_bytes = ring.data() + size_t(slot) * geometry.slot_bytes;
     for (int wave = 0; wave < kWaves; ++wave) {
       const int m0 = dma_m0(geometry, wave);
-      // K: resource base kv + stage_key * 128, num_records (N - stage_key) * 128 (0 when not live).
-      const uint64_t k_records = live ? uint64_t(args.N - stage_key) * kKeyBytes : 0;
+      // K: resource base kv + stage_key * D, num_records (N - stage_key) * D (0 when not live).
+      const uint64_t k_records = live ? uint64_t(args.N - stage_key) * args.D : 0;
       for (int d = 0; d < geometry.dmas_per_wave; ++d)
         for (int lane = 0; lane < kLanes; ++lane) {
           const uint64_t offset = uint64_t(dma_voffset(geometry, wave, d, lane)) + dma_inst_offset(d);
           uint8_t* dst = slot_bytes + m0 + dma_inst_offset(d) + kChunkBytes * lane;
           if (buffer_in_range(offset, kChunkBytes, k_records))
-            std::memcpy(dst, args.kv + int64_t(stage_key) * kKeyBytes + int64_t(offset), kChunkBytes);
+            std::memcpy(dst, args.kv + int64_t(stage_key) * args.D + int64_t(offset), kChunkBytes);
           else
             std::memset(dst, 0, kChunkBytes);
         }
@@ -217,7 +222,7 @@ struct Emulator {
     float v[kLanes][16];
   };
   struct Chains {
-    float v[kSubTiles][kTilesPerWave][2][kLanes];  // [sub-tile][row of wave][even/odd][lane]
+    float v[kSubTiles][kTilesPerWave][2][kLanes];  // [sub-tile][chain set][even/odd][lane]
   };
   struct Carry {
     Acc acc;
@@ -228,9 +233,9 @@ struct Emulator {
   };
   struct WaveState {
     int wave;
-    Frag q_frag[kTilesPerWave][kSteps];
+    Frag q_frag[kTilesPerWave][kMaxSteps];
     float weights[kTilesPerWave][16][kLanes];
-    int row[kTilesPerWave];
+    int row[kMaxRowsPerWave];
     Carry carry;
   };
 
@@ -251,32 +256,34 @@ struct Emulator {
       }
   }
 
-  // Kernel: load_rows.
+  // Kernel: load_rows. The lane's A row m is the wave's row tile_row(t, m); element v's row is
+  // tile_row(t, v % 2) (c_row(l, v) has v's parity).
   void load_rows(WaveState& wave) const {
     for (int r = 0; r < geometry.rows_per_wave; ++r)
       wave.row[r] = segment_rows[wave_row_slot(geometry, wave.wave, r)].row;
-    for (int t = 0; t < kTilesPerWave; ++t) {
-      const int r = tile_row(geometry, t);
-      const int row = wave.row[r] >= 0 ? wave.row[r] : 0;
+    auto row_or_zero = [&](int r) { return wave.row[r] >= 0 ? wave.row[r] : 0; };
+    for (int t = 0; t < kTilesPerWave; ++t)
       for (int lane = 0; lane < kLanes; ++lane) {
-        const int head = tile_head0(geometry, t) + lane % 32;
-        const uint8_t* q_row = args.q + (int64_t(row) * args.H + head) * kHeadDim;
-        for (int s = 0; s < kSteps; ++s) {
+        const int m = lane % 32;
+        const int row = row_or_zero(tile_row(geometry, t, m));
+        const int head = tile_head(geometry, t, m);
+        const uint8_t* q_row = args.q + (int64_t(row) * args.H + head) * args.D;
+        for (int s = 0; s < geometry.steps; ++s) {
           std::memcpy(wave.q_frag[t][s].b[lane], q_row + frag_chunk(lane, s, 0) * kChunkBytes, 16);
           std::memcpy(wave.q_frag[t][s].b[lane] + 16, q_row + frag_chunk(lane, s, 1) * kChunkBytes, 16);
         }
         for (int v = 0; v < 16; ++v)
-          wave.weights[t][v][lane] = args.weights[int64_t(row) * args.weights_stride +
-                                                  tile_head0(geometry, t) + c_row(lane, v)];
+          wave.weights[t][v][lane] =
+              args.weights[int64_t(row_or_zero(tile_row(geometry, t, v % 2))) * args.weights_stride +
+                           tile_head(geometry, t, c_row(lane, v))];
       }
-    }
   }
 
   // Kernel: KeyPipeline::read_b.
-  void read_b(Frag (&b)[kSteps], int slot, int wave, int j) const {
+  void read_b(Frag (&b)[kMaxSteps], int slot, int wave, int j) const {
     const uint8_t* slot_bytes = ring.data() + size_t(slot) * geometry.slot_bytes;
     const int sub0 = wave_subtile(geometry, wave, 0);
-    for (int step = 0; step < kSteps; ++step)
+    for (int step = 0; step < geometry.steps; ++step)
       for (int lane = 0; lane < kLanes; ++lane) {
         std::memcpy(b[step].b[lane],
                     slot_bytes + b_read_offset(geometry, sub0, lane, step, 0) + j * subtile_stride(geometry), 16);
@@ -288,8 +295,8 @@ struct Emulator {
   // Kernel: Epilogue::accumulate.
   void accumulate(const Acc& acc, int t, const WaveState& wave,
                   float (&chain)[kTilesPerWave][2][kLanes]) const {
-    const int r = tile_row(geometry, t);
-    const bool first = t % geometry.head_tiles == 0;
+    const int r = tile_chain_set(geometry, t);
+    const bool first = tile_starts_chains(geometry, t);
     for (int lane = 0; lane < kLanes; ++lane)
       for (int v = 0; v < 16; ++v) {
         const float x = std::fmax(acc.v[lane][v], 0.f);
@@ -310,10 +317,25 @@ struct Emulator {
     std::memcpy(y, ny, sizeof ny);
   }
 
-  // Kernel: reduce_two (asm) via Epilogue::reduce_group; then store_group / store_pair.
+  // Kernel: reduce_two / reduce_two_packed (asm) via Epilogue::reduce_group; then store_group and
+  // store_pair / store_pair_at_once.
   void reduce_group(int k, Chains& part, const float (&scale)[kSubTiles][kLanes]) const {
     const int jx = tail_subtile(geometry, 2 * k), px = tail_pair(geometry, 2 * k);
     const int jy = tail_subtile(geometry, 2 * k + 1), py = tail_pair(geometry, 2 * k + 1);
+    if (geometry.rows_per_tile > 1) {  // x, y: tiles; chain 0 = first row, chain 1 = second
+      float(&xe)[kLanes] = part.v[jx][px][0];
+      float(&xo)[kLanes] = part.v[jx][px][1];
+      float(&ye)[kLanes] = part.v[jy][py][0];
+      float(&yo)[kLanes] = part.v[jy][py][1];
+      for (int l = 0; l < kLanes; ++l) {
+        ye[l] *= scale[jy][l];
+        yo[l] *= scale[jy][l];
+      }
+      permlane32_swap(xe, xo);
+      for (int l = 0; l < kLanes; ++l) xe[l] *= scale[jx][l];
+      permlane32_swap(ye, yo);
+      return;
+    }
     float(&axe)[kLanes] = part.v[jx][2 * px][0];
     float(&bxe)[kLanes] = part.v[jx][2 * px + 1][0];
     float(&aye)[kLanes] = part.v[jy][2 * py][0];
@@ -332,13 +354,25 @@ struct Emulator {
                    int stage_key, bool live, const WaveState& wave) {
     const int jx = tail_subtile(geometry, 2 * k), px = tail_pair(geometry, 2 * k);
     const int jy = tail_subtile(geometry, 2 * k + 1), py = tail_pair(geometry, 2 * k + 1);
+    const bool packed = geometry.rows_per_tile > 1;
+    const auto& x = part.v[jx];
+    const auto& y = part.v[jy];
     float vx[kLanes], vy[kLanes];
     for (int l = 0; l < kLanes; ++l) {
-      vx[l] = std::fmaf(part.v[jx][2 * px + 1][0][l], scale[jx][l], part.v[jx][2 * px][0][l]);
-      vy[l] = (part.v[jy][2 * py][0][l] + part.v[jy][2 * py + 1][0][l]) * scale[jy][l];
+      const float x_a = x[pair_chain_set(geometry, px, 0)][pair_chain_slot(geometry, 0)][l];
+      const float x_b = x[pair_chain_set(geometry, px, 1)][pair_chain_slot(geometry, 1)][l];
+      const float y_a = y[pair_chain_set(geometry, py, 0)][pair_chain_slot(geometry, 0)][l];
+      const float y_b = y[pair_chain_set(geometry, py, 1)][pair_chain_slot(geometry, 1)][l];
+      vx[l] = std::fmaf(x_b, scale[jx][l], x_a);
+      vy[l] = packed ? y_a + y_b : (y_a + y_b) * scale[jy][l];
     }
-    store_pair(masked, vx, jx, px, stage_key, live, wave);
-    store_pair(masked, vy, jy, py, stage_key, live, wave);
+    if (packed) {
+      store_pair_at_once(masked, vx, jx, px, stage_key, live, wave);
+      store_pair_at_once(masked, vy, jy, py, stage_key, live, wave);
+    } else {
+      store_pair(masked, vx, jx, px, stage_key, live, wave);
+      store_pair(masked, vy, jy, py, stage_key, live, wave);
+    }
   }
   void store_pair(bool masked, const float (&v)[kLanes], int j, int p, int stage_key, bool live,
                   const WaveState& wave) {
@@ -362,8 +396,45 @@ struct Emulator {
       store(x, rsrc_b, offset_b + j * kTileCols * element_bytes);
     }
   }
+  // Kernel: the pair's resource and lane offsets of load_rows (WaveRows::pair_base, pair_offset):
+  // one resource at the lower of the two rows' key 0, each lane at its row's offset from there.
+  void pair_addressing(const WaveState& wave, int p, int64_t* base, uint32_t (&offset)[kLanes]) const {
+    int64_t addr[2];
+    bool valid[2];
+    for (int h = 0; h < 2; ++h) {
+      const int row = wave.row[2 * p + h];
+      valid[h] = row >= 0;
+      addr[h] = row_rsrc(row, 0, true).base;
+    }
+    *base = !valid[1] || (valid[0] && addr[0] < addr[1]) ? addr[0] : addr[1];
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const int h = lane / 32;
+      const int key = kTileCols * wave_subtile(geometry, wave.wave, 0) + lane % 32;
+      offset[lane] = valid[h] ? uint32_t(addr[h] - *base) + uint32_t(key) * element_bytes : kOutOfRange;
+    }
+  }
+  void store_pair_at_once(bool masked, const float (&v)[kLanes], int j, int p, int stage_key, bool live,
+                          const WaveState& wave) {
+    int64_t base;
+    uint32_t pair_offset[kLanes];
+    pair_addressing(wave, p, &base, pair_offset);
+    const Rsrc rsrc{base + int64_t(stage_key) * element_bytes, live ? kOutOfRange : 0u};
+    for (int lane = 0; lane < kLanes; ++lane) {
+      float x = v[lane];
+      uint32_t offset = pair_offset[lane];
+      if (masked) {
+        const SegmentRow& w = segment_rows[wave_row_slot(geometry, wave.wave, 2 * p + (lane < 32 ? 0 : 1))];
+        const int n = stage_key + wave_subtile(geometry, wave.wave, j) * kTileCols + lane % 32;
+        const bool in = n >= w.begin && n < w.end;
+        const bool keep = in || (clean_in_plan && n < args.N);
+        x = in ? x : -INFINITY;
+        offset = keep ? offset : kOutOfRange;
+      }
+      store(x, rsrc, offset + j * kTileCols * element_bytes);
+    }
+  }
 
-  bool tail_deferred(int k) const { return tail_subtile(geometry, 2 * k + 1) == kSubTiles - 1; }
+  bool tail_deferred(int k) const { return tail_group_deferred(geometry, k); }
 
   // Kernel: stage_body (one wave).
   void stage_body(bool masked, int stage_key, int slot, WaveState& wave) {
@@ -375,7 +446,7 @@ struct Emulator {
     for (int j = 0; j < kSubTiles; ++j)
       for (int lane = 0; lane < kLanes; ++lane)
         std::memcpy(&scale[j][lane], slot_bytes + scale_read_offset(geometry, wave.wave, j, lane), 4);
-    Frag b[kSubTiles][kSteps];
+    Frag b[kSubTiles][kMaxSteps];
     read_b(b[0], slot, wave.wave, 0);
     Chains part;
     Acc acc[2];
@@ -384,16 +455,14 @@ struct Emulator {
       const int j = n / kTiles, t = n % kTiles;
       bool pending[8] = {};
       for (int k = 0; k < tails / 2; ++k) {
-        if (n == 1 && tail_deferred(k)) {
+        if (n != tail_group_step(geometry, k)) continue;
+        if (tail_deferred(k))
           reduce_group(k, carry.part, carry.scale);
-          pending[k] = true;
-        } else if (n > 1 && !tail_deferred(k) && n == (tail_subtile(geometry, 2 * k + 1) + 1) * kTiles + 1) {
+        else
           reduce_group(k, part, scale);
-          pending[k] = true;
-        }
+        pending[k] = true;
       }
-      mfma(acc[n & 1], wave.q_frag[t][0], b[j][0], true);
-      mfma(acc[n & 1], wave.q_frag[t][1], b[j][1], false);
+      for (int s = 0; s < geometry.steps; ++s) mfma(acc[n & 1], wave.q_frag[t][s], b[j][s], s == 0);
       if (t == kTiles - 1 && j + 1 < kSubTiles) read_b(b[j + 1], slot, wave.wave, j + 1);
       if (n == 0) {
         accumulate(carry.acc, kTiles - 1, wave, carry.part.v[kSubTiles - 1]);
@@ -429,7 +498,7 @@ struct Emulator {
 
   // Kernel: compute_stages + stage_loop. All waves step through the stages together.
   void compute_stages(const BlockFacts& block, int stage_begin, int stage_end) {
-    for (int d = 0; d < kPrefetchStages; ++d) load_stage(block, stage_begin + d, stage_end, d);
+    for (int d = 0; d < geometry.prefetch_stages; ++d) load_stage(block, stage_begin + d, stage_end, d);
     std::vector<WaveState> waves(kWaves);
     for (int w = 0; w < kWaves; ++w) {
       WaveState& wave = waves[w];
@@ -442,7 +511,7 @@ struct Emulator {
     int read_slot = 0;
     for (int i = stage_begin; i < stage_end; ++i) {
       const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
-      load_stage(block, i + kPrefetchStages, stage_end, write_slot);
+      load_stage(block, i + geometry.prefetch_stages, stage_end, write_slot);
       const bool masked = !(i >= clean.begin && i < clean.end);
       for (WaveState& wave : waves)
         stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
@@ -451,22 +520,25 @@ struct Emulator {
     for (WaveState& wave : waves) finish_last_stage(wave);
   }
 
-  // Kernel: fill_neg_inf (all 512 threads of the workgroup).
+  // Kernel: fill_neg_inf (all 512 threads of the workgroup; several rows at once when a unit has
+  // fewer columns than threads).
   void fill(const BlockFacts& block, int unit_begin, int unit_end) {
+    const int row_threads = std::min(geometry.fill_cols, kThreads);
+    const int rows_at_once = kThreads / row_threads;
     for (int u = unit_begin; u < unit_end; ++u)
-      for (int slot = 0; slot < geometry.block_rows; ++slot) {
-        const int row = segment_rows[slot].row;
-        const Rsrc rsrc{int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes,
-                        row >= 0 ? uint32_t(args.N) * element_bytes : 0u};
-        for (int k = 0; k < geometry.fill_cols / kThreads; ++k)
-          for (int tid = 0; tid < kThreads; ++tid) {
-            const int f = u * geometry.fill_cols + k * kThreads + tid;
+      for (int slot0 = 0; slot0 < geometry.block_rows; slot0 += rows_at_once)
+        for (int tid = 0; tid < kThreads; ++tid) {
+          const int row = segment_rows[slot0 + tid / row_threads].row;
+          const Rsrc rsrc{int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes,
+                          row >= 0 ? uint32_t(args.N) * element_bytes : 0u};
+          for (int k = 0; k < geometry.fill_cols / row_threads; ++k) {
+            const int f = u * geometry.fill_cols + k * row_threads + tid % row_threads;
             const uint32_t offset = f < block.fill_keys
                                         ? uint32_t(scheduler::fill_key(block.span(), f)) * element_bytes
                                         : kOutOfRange;
             store(-INFINITY, rsrc, offset);
           }
-      }
+        }
   }
 
   // Kernel: segment.
@@ -532,14 +604,16 @@ struct Emulator {
 }  // namespace
 
 // What the plan reads of a launch's arguments: the windows, the sizes and clean_logits.
-static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean) {
+static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int M, int N, int H, int D,
+                                      int clean) {
   Fp8MqaLogitsParams params{};
   params.ks = ks;
   params.ke = ke;
   params.M = M;
   params.N = N;
   params.H = H;
-  params.D = kHeadDim;
+  params.D = D;
+  params.out_stride = N;
   params.out_columns = N;
   params.clean_logits = clean != 0;
   return params;
@@ -550,11 +624,11 @@ extern "C" {
 // Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
 // out: float32 or (bf16 != 0) bfloat16 bits; out_columns > 0: the compressed layout of that width.
 int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, const float* w,
-                   const int32_t* ks, const int32_t* ke, void* out, int M, int N, int H,
+                   const int32_t* ks, const int32_t* ke, void* out, int M, int N, int H, int D,
                    long long w_stride, long long out_stride, int clean, int fixed_grid_splits,
                    int num_cus, int kmap_variant, int bf16, int out_columns, int* plan_out) {
-  if ((H != 32 && H != 64) || M <= 0 || N <= 0 || N > kMaxKeys || out_columns < 0) return -1;
-  Fp8MqaLogitsParams params = plan_params(ks, ke, M, N, H, clean);
+  if (!serves(H, D) || M <= 0 || N <= 0 || N > kMaxKeys || out_columns < 0) return -1;
+  Fp8MqaLogitsParams params = plan_params(ks, ke, M, N, H, D, clean);
   params.logits_dtype = bf16 ? aiter::LogitsDtype::kBFloat16 : aiter::LogitsDtype::kFloat32;
   params.compressed = out_columns > 0;
   params.out_columns = out_columns > 0 ? out_columns : N;
@@ -579,10 +653,10 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
 // The balanced plan alone (no compute): per workgroup, the real units it processes (stages and
 // fill units, not the virtual overhead units) and its compute segments (Q/w loads, pipeline).
 // Returns the total number of units (virtual ones included), or -1.
-int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int clean,
+int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int D, int clean,
                          int num_cus, int* wg_units, int* wg_segments) {
-  if ((H != 32 && H != 64) || M <= 0 || N <= 0) return -1;
-  Emulator emu(plan_params(ks, ke, M, N, H, clean), 0, num_cus, 0);
+  if (!serves(H, D) || M <= 0 || N <= 0) return -1;
+  Emulator emu(plan_params(ks, ke, M, N, H, D, clean), 0, num_cus, 0);
   if (!emu.launch.balanced) return -1;
   emu.build_plan();
   for (int x = 0; x < emu.launch.grid_x; ++x) {

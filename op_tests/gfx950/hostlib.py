@@ -34,25 +34,32 @@ def compiler() -> str | None:
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     c_int, c_ll, c_double = ctypes.c_int, ctypes.c_longlong, ctypes.c_double
-    lib.gfx950_emulate.argtypes = [u8p, u8p, f32p, f32p, i32p, i32p, ctypes.c_void_p, c_int, c_int, c_int,
+    lib.gfx950_emulate.argtypes = [u8p, u8p, f32p, f32p, i32p, i32p, ctypes.c_void_p, c_int, c_int, c_int, c_int,
                                    c_ll, c_ll, c_int, c_int, c_int, c_int, c_int, c_int, i32p]
     lib.gfx950_emulate.restype = c_int
-    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, i32p, i32p]
+    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, c_int, i32p, i32p]
     lib.gfx950_balanced_plan.restype = c_int
     lib.gfx950_fp8_to_float.argtypes = [c_int]
     lib.gfx950_fp8_to_float.restype = ctypes.c_float
-    lib.gfx950_geometry.argtypes = [c_int, c_int, i32p]
-    lib.gfx950_plan_launch.argtypes = [c_ll, c_ll, c_int, c_int, c_int, c_int, i32p]
+    lib.gfx950_geometry.argtypes = [c_int, c_int, c_int, i32p]
+    lib.gfx950_plan_launch.argtypes = [c_ll, c_ll, c_int, c_int, c_ll, c_int, c_int, c_int, c_int, i32p]
     lib.gfx950_plan_launch.restype = None
-    lib.gfx950_fixed_grid_makespan.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int, c_int]
+    lib.gfx950_pair_stores_reach.argtypes = [c_int, c_int, c_ll, c_ll, c_ll, c_int]
+    lib.gfx950_fixed_grid_makespan.argtypes = [c_int, c_int, c_int, c_ll, c_ll, c_int, c_int, c_int]
     lib.gfx950_fixed_grid_makespan.restype = c_double
-    lib.gfx950_choose_fixed_grid_splits.argtypes = [c_int, c_int, c_ll, c_ll, c_int, c_int]
-    lib.gfx950_block_facts.argtypes = [c_int] * 6 + [i32p]
+    lib.gfx950_choose_fixed_grid_splits.argtypes = [c_int, c_int, c_int, c_ll, c_ll, c_int, c_int]
+    lib.gfx950_block_facts.argtypes = [c_int] * 7 + [i32p]
     lib.gfx950_block_facts.restype = None
-    lib.gfx950_fixed_grid_costs.argtypes = [c_int] * 5 + [i32p, i32p, c_int, ctypes.POINTER(c_double)]
-    lib.gfx950_dma.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_fixed_grid_costs.argtypes = [c_int] * 6 + [i32p, i32p, c_int, ctypes.POINTER(c_double)]
+    lib.gfx950_dma.argtypes = [c_int] * 6 + [i32p]
     lib.gfx950_dma.restype = None
-    lib.gfx950_tail.argtypes = [c_int, c_int, c_int, i32p]
+    lib.gfx950_tile.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_tile.restype = None
+    lib.gfx950_pair_chain.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_pair_chain.restype = None
+    lib.gfx950_tail.argtypes = [c_int] * 4 + [i32p]
+    lib.gfx950_tail_group.argtypes = [c_int] * 4 + [i32p]
+    lib.gfx950_tail_group.restype = None
     lib.gfx950_store_offset.restype = ctypes.c_uint
     return lib
 
@@ -92,23 +99,37 @@ def ptr(t, ctype):
 
 
 GEOMETRY_FIELDS = (
-    "heads", "head_tiles", "rows_per_wave", "pairs_per_wave", "row_groups", "key_groups",
-    "block_rows", "stage_keys", "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes",
-    "slots", "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows",
-    "plan_blocks",
+    "heads", "head_dim", "steps", "chunks_per_key", "rows_per_tile", "head_tiles", "rows_per_wave",
+    "chain_sets", "pairs_per_wave", "row_groups", "key_groups", "block_rows", "stage_keys",
+    "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes", "prefetch_stages", "slots",
+    "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows", "plan_blocks",
 )
 
 
-def geometry(heads: int, small: bool) -> dict:
+def _served() -> tuple:
+    from aiter import backends
+
+    gfx950 = backends.backends()["gfx950"]
+    return tuple((h, d) for h in gfx950.heads for d in sorted(gfx950.head_dims, reverse=True))
+
+
+# Every (H, D) the kernel serves (csrc/gfx950/capabilities.h, which aiter.backends parses).
+SERVED = _served()
+
+
+def geometry(heads: int, small: bool, head_dim: int = 128) -> dict:
     lib = load()
     buf = (ctypes.c_int32 * 32)()
-    n = lib.gfx950_geometry(heads, int(small), buf)
-    assert n > 0, f"geometry_ok failed for heads={heads} small={small}"
+    n = lib.gfx950_geometry(heads, int(small), head_dim, buf)
+    assert n > 0, f"geometry_ok failed for heads={heads} small={small} head_dim={head_dim}"
     return dict(zip(GEOMETRY_FIELDS, buf[:n]))
 
 
-def plan_launch(M, N, heads, fixed_grid_splits, num_cus, clean) -> dict:
+def plan_launch(M, N, heads, fixed_grid_splits, num_cus, clean, head_dim=128, out_stride=None,
+                element_bytes=4) -> dict:
+    """The launcher's plan; out_stride defaults to N (a dense float32 result)."""
     buf = (ctypes.c_int32 * 8)()
-    load().gfx950_plan_launch(M, N, heads, fixed_grid_splits, num_cus, int(clean), buf)
+    load().gfx950_plan_launch(M, N, heads, head_dim, N if out_stride is None else out_stride, element_bytes,
+                              fixed_grid_splits, num_cus, int(clean), buf)
     keys = ("small", "balanced", "blocks", "grid_x", "grid_y", "fixed_grid_splits", "reverse_blocks")
     return dict(zip(keys, buf[:7]))
