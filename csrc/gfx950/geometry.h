@@ -213,9 +213,8 @@ GFX950_FN int tile_head(Geometry geometry, int t, int m) {
 // starts the set's chains when it is the first tile of that set.
 GFX950_FN int tile_chain_set(Geometry geometry, int t) { return t / geometry.head_tiles; }
 GFX950_FN bool tile_starts_chains(Geometry geometry, int t) { return t % geometry.head_tiles == 0; }
-// Pair p is the wave's rows 2p (A, b = 0) and 2p + 1 (B, b = 1). The chain row b's reduced half
-// ends in: H >= 32, the even chain of the row's own set (the reduction merges the odd one into it);
-// H = 16, chain b of the pair's tile.
+// Pair p is the wave's rows 2p (A, b = 0) and 2p + 1 (B, b = 1). The chain of row b: H >= 32, the
+// one chain (slot 0) of the row's own set; H = 16, chain b of the pair's tile.
 GFX950_FN int pair_chain_set(Geometry geometry, int p, int b) {
   return geometry.rows_per_tile > 1 ? p : 2 * p + b;
 }
