@@ -48,21 +48,18 @@ struct Carry {
 
 // Row-pair reduction of two tails, in place: x and y are two row pairs, *a the chain of the pair's
 // row A and *b that of row B (H >= 32: each row's one chain; H = 16: a tile's even and odd
-// elements). Scale both of y's chains first: they are the 2 wait states x's swap needs after the
-// compiler's last writes of xa and xb. Then swap lane halves between each pair's two rows, scaling
-// x's row-A half between the swaps, so y's swap comes 2 instructions after y's last scale.
-// Afterwards
-//   pair x = fma(xb, sx, xa),  pair y = ya + yb
+// elements). Swap lane halves between each pair's two rows, scaling x's row-A half between the
+// swaps. x's chains were complete a step or more earlier (tail 2k never completes after tail
+// 2k + 1); y's were written by the step just before, and the swap and the scale of x are the 2 wait
+// states y's swap needs after those writes (the ISA check verifies both). Afterwards
+//   pair x = fma(xb, sx, xa),  pair y = (ya + yb) * sy
 // hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
-__device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, float& yb, float sx,
-                                           float sy) {
-  asm("v_mul_f32 %2, %2, %5\n\t"
-      "v_mul_f32 %3, %3, %5\n\t"
-      "v_permlane32_swap_b32 %0, %1\n\t"
+__device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, float& yb, float sx) {
+  asm("v_permlane32_swap_b32 %0, %1\n\t"
       "v_mul_f32 %0, %0, %4\n\t"
       "v_permlane32_swap_b32 %2, %3"
       : "+v"(xa), "+v"(xb), "+v"(ya), "+v"(yb)
-      : "v"(sx), "v"(sy));
+      : "v"(sx));
 }
 
 // Element: float or __bf16 (the logits dtype). kCompressed: the compressed layout, whose rows each
@@ -124,8 +121,7 @@ struct Epilogue {
     reduce_two(x[pair_chain_set(g, group.pair_x, 0)][pair_chain_slot(g, 0)],
                x[pair_chain_set(g, group.pair_x, 1)][pair_chain_slot(g, 1)],
                y[pair_chain_set(g, group.pair_y, 0)][pair_chain_slot(g, 0)],
-               y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)], scale[group.subtile_x],
-               scale[group.subtile_y]);
+               y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)], scale[group.subtile_x]);
   }
 
   template <bool MASKED>
@@ -142,7 +138,7 @@ struct Epilogue {
     const float y_a = y[pair_chain_set(g, group.pair_y, 0)][pair_chain_slot(g, 0)];
     const float y_b = y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)];
     const float vx = __builtin_fmaf(x_b, scale[group.subtile_x], x_a);
-    const float vy = y_a + y_b;
+    const float vy = (y_a + y_b) * scale[group.subtile_y];
     if constexpr (V::kPackedRows) {
       store_pair_at_once<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows);
       store_pair_at_once<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows);

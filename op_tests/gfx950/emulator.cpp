@@ -327,10 +327,6 @@ struct Emulator {
     float(&xb)[kLanes] = part.v[jx][pair_chain_set(geometry, px, 1)][pair_chain_slot(geometry, 1)];
     float(&ya)[kLanes] = part.v[jy][pair_chain_set(geometry, py, 0)][pair_chain_slot(geometry, 0)];
     float(&yb)[kLanes] = part.v[jy][pair_chain_set(geometry, py, 1)][pair_chain_slot(geometry, 1)];
-    for (int l = 0; l < kLanes; ++l) {
-      ya[l] *= scale[jy][l];
-      yb[l] *= scale[jy][l];
-    }
     permlane32_swap(xa, xb);
     for (int l = 0; l < kLanes; ++l) xa[l] *= scale[jx][l];
     permlane32_swap(ya, yb);
@@ -349,7 +345,7 @@ struct Emulator {
       const float y_a = y[pair_chain_set(geometry, py, 0)][pair_chain_slot(geometry, 0)][l];
       const float y_b = y[pair_chain_set(geometry, py, 1)][pair_chain_slot(geometry, 1)][l];
       vx[l] = std::fmaf(x_b, scale[jx][l], x_a);
-      vy[l] = y_a + y_b;
+      vy[l] = (y_a + y_b) * scale[jy][l];
     }
     if (packed) {
       store_pair_at_once(masked, vx, jx, px, stage_key, live, wave);
