@@ -129,6 +129,16 @@ GFX950_FN int tail_group_step(Geometry geometry, int k) {
   return tail_group_deferred(geometry, k) ? 1 : (tail_subtile(geometry, 2 * k + 1) + 1) * kTilesPerWave + 1;
 }
 
+// The stage's own (not deferred) tails come after the step that reads its kv_scales, the deferred
+// ones (which use the carried scales) before it.
+GFX950_FN bool scale_read_fits(Geometry geometry, int read_step) {
+  for (int k = 0; k < kSubTiles * geometry.pairs_per_wave / 2; ++k)
+    if (tail_group_deferred(geometry, k) ? tail_group_step(geometry, k) >= read_step
+                                         : tail_group_step(geometry, k) <= read_step)
+      return false;
+  return true;
+}
+
 // Every tail group's step lies in the stage body.
 GFX950_FN bool tail_steps_fit(Geometry geometry) {
   for (int k = 0; k < kSubTiles * geometry.pairs_per_wave / 2; ++k)
