@@ -5,17 +5,16 @@
 //                  -inf (clean_logits) or untouched (not clean) for the other n of a masked stage
 //
 // Layouts touched: the 32x32 accumulator C (lane l, element v = A row c_row(l, v) of the tile, key
-// l % 32 of the sub-tile, layout.h); the chain sets (H >= 32: a row's even and odd chains; H = 16:
-// a tile's two rows, its even and odd elements); after the swap, lanes 0-31 hold row A of a pair
+// l % 32 of the sub-tile, layout.h); the chain sets (H >= 32: a row, one chain; H = 16: a tile's
+// two rows, its even and odd elements); after the swap, lanes 0-31 hold row A of a pair
 // and lanes 32-63 row B; out rows (Element: float or bfloat16; full [M, N] or
 // compressed [M, out_columns]) through per-row buffer resources (num_records = (key_limit - k0) x
 // element bytes, 0 for a missing row: the hardware drops what is out of range), or at H = 16 one
 // resource per row pair with per-lane offsets into both rows (store_pair_at_once); the block's
 // segment_rows table in LDS for the masked stages' window test.
-// Why this shape: the sum over heads is split into an even and an odd chain of a fixed order so
-// that the scalar VALU epilogue co-issues under the other wave's MFMAs; at H = 16 the tile's two
-// rows take those two chains (its even and odd elements), so the epilogue and its registers are
-// H = 32's. Row pairs are reduced two tails at a time by inline asm that also keeps the 2 wait
+// Why this shape: the sum over heads is one scalar fma chain per row in a fixed order (scalar VALU
+// co-issues under the other wave's MFMAs, packed v_pk_* does not); at H = 16 a tile's two rows take
+// two chains (its even and odd elements), so the epilogue and its registers stay H = 32's. Row pairs are reduced two tails at a time by inline asm that also keeps the 2 wait
 // states a VALU write needs before v_permlane32_swap reads it (the compiler cannot see into the
 // asm to insert them).
 #pragma once
@@ -47,43 +46,20 @@ struct Carry {
   bool live;      // false before the first stage: its stores go to empty resources
 };
 
-// Row-pair reduction of two tails, in place on the rows' chains (a = row A, b = row B of a pair;
-// *e = even chain, *o = odd chain): merge the chains, swap lane halves between the rows, and
-// scale pair x's row-A half (the instruction the second swap needs between its producers and
-// itself: a VALU write needs 2 wait states before a v_permlane32_swap reads it). Afterwards
-//   pair x = fma(bxe, sx, axe),  pair y = (aye + bye) * sy
-// hold row A in lanes 0-31 and row B in lanes 32-63. Every register the asm writes is read
-// afterwards, so the compiler cannot hand one to the very next instruction (it pads a VALU that
-// touches an inline asm's output within one wait state).
-__device__ __forceinline__ void reduce_two(float& axe, float& bxe, float& aye, float& bye,
-                                           float axo, float bxo, float ayo, float byo, float sx) {
-  asm("v_add_f32 %0, %0, %4\n\t"
-      "v_add_f32 %1, %1, %5\n\t"
-      "v_add_f32 %2, %2, %6\n\t"
-      "v_add_f32 %3, %3, %7\n\t"
-      "v_permlane32_swap_b32 %0, %1\n\t"
-      "v_mul_f32 %0, %0, %8\n\t"
-      "v_permlane32_swap_b32 %2, %3"
-      : "+v"(axe), "+v"(bxe), "+v"(aye), "+v"(bye)
-      : "v"(axo), "v"(bxo), "v"(ayo), "v"(byo), "v"(sx));
-}
-
-// The same for H = 16, whose pair is one tile: x and y are two tiles, *e their first row's chain
-// (even elements), *o their second row's (odd). Scale both of y's chains first: they are the 2 wait
-// states x's swap needs after the compiler's last writes of xe and xo. Then swap lane halves between
-// each tile's two rows, scaling x's row-A half between the swaps, so y's swap comes 2 instructions
-// after y's last scale. Afterwards
-//   pair x = fma(xo, sx, xe),  pair y = ye + yo
+// Row-pair reduction of two tails, in place: x and y are two row pairs, *a the chain of the pair's
+// row A and *b that of row B (H >= 32: each row's one chain; H = 16: a tile's even and odd
+// elements). Swap lane halves between each pair's two rows, scaling x's row-A half between the
+// swaps. x's chains were complete a step or more earlier (tail 2k never completes after tail
+// 2k + 1); y's were written by the step just before, and the swap and the scale of x are the 2 wait
+// states y's swap needs after those writes (the ISA check verifies both). Afterwards
+//   pair x = fma(xb, sx, xa),  pair y = (ya + yb) * sy
 // hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
-__device__ __forceinline__ void reduce_two_packed(float& xe, float& xo, float& ye, float& yo,
-                                                  float sx, float sy) {
-  asm("v_mul_f32 %2, %2, %5\n\t"
-      "v_mul_f32 %3, %3, %5\n\t"
-      "v_permlane32_swap_b32 %0, %1\n\t"
+__device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, float& yb, float sx) {
+  asm("v_permlane32_swap_b32 %0, %1\n\t"
       "v_mul_f32 %0, %0, %4\n\t"
       "v_permlane32_swap_b32 %2, %3"
-      : "+v"(xe), "+v"(xo), "+v"(ye), "+v"(yo)
-      : "v"(sx), "v"(sy));
+      : "+v"(xa), "+v"(xb), "+v"(ya), "+v"(yb)
+      : "v"(sx));
 }
 
 // Element: float or __bf16 (the logits dtype). kCompressed: the compressed layout, whose rows each
@@ -105,19 +81,21 @@ struct Epilogue {
     return lanes;
   }
 
-  // One tile's accumulator: relu, times w, into its chain set's even/odd chains (fixed order: the
-  // set's first tile starts both chains, elements alternate between them; at H = 16 the even
-  // elements are the tile's first row and the odd ones its second).
+  // One tile's accumulator: relu, times w, into its chain set's chains in a fixed order (the set's
+  // first tile starts them). H >= 32: one chain per row (slot 0), so a row pair reduces without
+  // first merging two chains per row (4 VALU per two pairs fewer); H = 16: the tile's two rows,
+  // its even and odd elements (slots 0 and 1).
   __device__ __forceinline__ void accumulate(const v16f& acc, int t, const WaveRows<V>& rows,
                                              float (&chain)[kChainSets][2]) const {
     const int r = tile_chain_set(V::geometry(), t);
     const bool first = tile_starts_chains(V::geometry(), t);
+    constexpr int kSlots = V::kPackedRows ? 2 : 1;
 #pragma unroll
     for (int v = 0; v < 16; ++v) {
       const float x = fmaxf(acc[v], 0.f);
-      float& ch = chain[r][v & 1];
-      ch = (first && v < 2) ? x * rows.weights[t][v / 4][v % 4]
-                            : __builtin_fmaf(x, rows.weights[t][v / 4][v % 4], ch);
+      float& ch = chain[r][v % kSlots];
+      ch = (first && v < kSlots) ? x * rows.weights[t][v / 4][v % 4]
+                                 : __builtin_fmaf(x, rows.weights[t][v / 4][v % 4], ch);
     }
   }
 
@@ -137,15 +115,13 @@ struct Epilogue {
   __device__ __forceinline__ void reduce_group(int k, Chains& part,
                                                const float (&scale)[kSubTiles]) const {
     const TailGroup group = tail_group(k);
+    const Geometry g = V::geometry();
     float(&x)[kChainSets][2] = part[group.subtile_x];
     float(&y)[kChainSets][2] = part[group.subtile_y];
-    if constexpr (V::kPackedRows)
-      reduce_two_packed(x[group.pair_x][0], x[group.pair_x][1], y[group.pair_y][0], y[group.pair_y][1],
-                        scale[group.subtile_x], scale[group.subtile_y]);
-    else
-      reduce_two(x[2 * group.pair_x][0], x[2 * group.pair_x + 1][0], y[2 * group.pair_y][0],
-                 y[2 * group.pair_y + 1][0], x[2 * group.pair_x][1], x[2 * group.pair_x + 1][1],
-                 y[2 * group.pair_y][1], y[2 * group.pair_y + 1][1], scale[group.subtile_x]);
+    reduce_two(x[pair_chain_set(g, group.pair_x, 0)][pair_chain_slot(g, 0)],
+               x[pair_chain_set(g, group.pair_x, 1)][pair_chain_slot(g, 1)],
+               y[pair_chain_set(g, group.pair_y, 0)][pair_chain_slot(g, 0)],
+               y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)], scale[group.subtile_x]);
   }
 
   template <bool MASKED>
@@ -162,7 +138,7 @@ struct Epilogue {
     const float y_a = y[pair_chain_set(g, group.pair_y, 0)][pair_chain_slot(g, 0)];
     const float y_b = y[pair_chain_set(g, group.pair_y, 1)][pair_chain_slot(g, 1)];
     const float vx = __builtin_fmaf(x_b, scale[group.subtile_x], x_a);
-    const float vy = V::kPackedRows ? y_a + y_b : (y_a + y_b) * scale[group.subtile_y];
+    const float vy = (y_a + y_b) * scale[group.subtile_y];
     if constexpr (V::kPackedRows) {
       store_pair_at_once<MASKED>(vx, group.subtile_x, group.pair_x, stage_key, live, rows);
       store_pair_at_once<MASKED>(vy, group.subtile_y, group.pair_y, stage_key, live, rows);

@@ -129,6 +129,16 @@ GFX950_FN int tail_group_step(Geometry geometry, int k) {
   return tail_group_deferred(geometry, k) ? 1 : (tail_subtile(geometry, 2 * k + 1) + 1) * kTilesPerWave + 1;
 }
 
+// The stage's own (not deferred) tails come after the step that reads its kv_scales, the deferred
+// ones (which use the carried scales) before it.
+GFX950_FN bool scale_read_fits(Geometry geometry, int read_step) {
+  for (int k = 0; k < kSubTiles * geometry.pairs_per_wave / 2; ++k)
+    if (tail_group_deferred(geometry, k) ? tail_group_step(geometry, k) >= read_step
+                                         : tail_group_step(geometry, k) <= read_step)
+      return false;
+  return true;
+}
+
 // Every tail group's step lies in the stage body.
 GFX950_FN bool tail_steps_fit(Geometry geometry) {
   for (int k = 0; k < kSubTiles * geometry.pairs_per_wave / 2; ++k)
@@ -213,9 +223,8 @@ GFX950_FN int tile_head(Geometry geometry, int t, int m) {
 // starts the set's chains when it is the first tile of that set.
 GFX950_FN int tile_chain_set(Geometry geometry, int t) { return t / geometry.head_tiles; }
 GFX950_FN bool tile_starts_chains(Geometry geometry, int t) { return t % geometry.head_tiles == 0; }
-// Pair p is the wave's rows 2p (A, b = 0) and 2p + 1 (B, b = 1). The chain row b's reduced half
-// ends in: H >= 32, the even chain of the row's own set (the reduction merges the odd one into it);
-// H = 16, chain b of the pair's tile.
+// Pair p is the wave's rows 2p (A, b = 0) and 2p + 1 (B, b = 1). The chain of row b: H >= 32, the
+// one chain (slot 0) of the row's own set; H = 16, chain b of the pair's tile.
 GFX950_FN int pair_chain_set(Geometry geometry, int p, int b) {
   return geometry.rows_per_tile > 1 ? p : 2 * p + b;
 }

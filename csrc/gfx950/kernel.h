@@ -194,9 +194,12 @@ struct Fp8MqaLogitsGfx950 {
     constexpr int kTiles = kTilesPerWave;
     constexpr int kTileSteps = kSubTiles * kTiles;
     const int slot_offset = pipeline.slot_offset(slot);
+    // The stage's kv_scales are read in step 2, once step 1's deferred tails have used the carried
+    // ones (so the two share registers: read at the top, the carried copy took a v_mov per stage)
+    // and before step 5's tails use them.
+    constexpr int kScaleReadStep = 2;
+    static_assert(scale_read_fits(V::geometry(), kScaleReadStep), "a tail uses the scales before they are read");
     float scale[kSubTiles];
-#pragma unroll
-    for (int j = 0; j < kSubTiles; ++j) scale[j] = pipeline.read_scale(slot_offset, j, ring_lanes);
     v8i b[kSubTiles][kSteps];
     pipeline.read_b(b[0], slot_offset, 0, ring_lanes);
     float part[kSubTiles][kChainSets][2];
@@ -216,6 +219,9 @@ struct Fp8MqaLogitsGfx950 {
         pending[k] = true;
       }
       __builtin_amdgcn_sched_barrier(0);
+      if (n == kScaleReadStep)
+#pragma unroll
+        for (int j = 0; j < kSubTiles; ++j) scale[j] = pipeline.read_scale(slot_offset, j, ring_lanes);
       v16f x = {};
 #pragma unroll
       for (int s = 0; s < kSteps; ++s)

@@ -61,7 +61,11 @@ struct KeyPipeline {
 #pragma unroll
       for (int q = 0; q < 2; ++q)
         lanes.b_read[s][q] = uint32_t(b_read_offset(V::geometry(), sub0, wg.lane, s, q));
-    lanes.scale_read = uint32_t(scale_read_offset(V::geometry(), wg.wave, 0, wg.lane));
+    // The ring base is in the lane's scale address and hidden from the compiler, so the loop adds
+    // only the slot's offset: otherwise it splits a constant (0x400) that ds_read2_b32's 8-bit
+    // dword offsets cannot hold into a v_add_u32 per stage.
+    lanes.scale_read = uint32_t(Lds::ring + scale_read_offset(V::geometry(), wg.wave, 0, wg.lane));
+    asm volatile("" : "+v"(lanes.scale_read));
     return lanes;
   }
 
@@ -146,7 +150,7 @@ struct KeyPipeline {
 
   // kv_scale of the wave's sub-tile j in the slot at slot_offset (ds_read_b32).
   __device__ __forceinline__ float read_scale(int slot_offset, int j, const Lanes& lanes) const {
-    return *wg.template at<float>(int(lanes.scale_read) + slot_offset + j * kTileCols * 4);
+    return *wg.template at<float>(int(lanes.scale_read) + (slot_offset - Lds::ring) + j * kTileCols * 4);
   }
   // B fragments of the wave's sub-tile j (ds_read_b128 x 2 per MFMA step).
   __device__ __forceinline__ void read_b(v8i (&b)[V::kSteps], int slot_offset, int j,

@@ -10,9 +10,9 @@
 // What it models itself is what only a GPU has: the 64-lane ballots and scans that fill the plan
 // tables, the LDS ring filled by LDS DMAs (swizzled K of D = 64 or 128 bytes, per-wave kv_scale
 // areas, buffer range checks), ds_read_b128 B fragments, MFMA 32x32x64 steps on 64-lane fragments
-// in the CDNA4 A/B/C register layouts (H = 16: two rows per tile, interleaved), the even/odd
-// epilogue chains, the software pipeline with its deferred epilogue and tails, the permlane32
-// row-pair reductions (both asm forms), per-row buffer stores with out-of-range dropping, or at
+// in the CDNA4 A/B/C register layouts (H = 16: two rows per tile, interleaved), the epilogue
+// chains (one per row; H = 16 even/odd), the software pipeline with its deferred epilogue and
+// tails, the permlane32 row-pair reductions, per-row buffer stores with out-of-range dropping, or at
 // H = 16 one store per row pair through one resource (float or bfloat16 elements, full or
 // compressed rows), the -inf fill stores and the compressed tails.
 // Waves run one after another and memory is sequential: it checks the index math and the
@@ -297,11 +297,12 @@ struct Emulator {
                   float (&chain)[kTilesPerWave][2][kLanes]) const {
     const int r = tile_chain_set(geometry, t);
     const bool first = tile_starts_chains(geometry, t);
+    const int slots = geometry.rows_per_tile > 1 ? 2 : 1;  // H >= 32: one chain per row
     for (int lane = 0; lane < kLanes; ++lane)
       for (int v = 0; v < 16; ++v) {
         const float x = std::fmax(acc.v[lane][v], 0.f);
-        float& ch = chain[r][v & 1][lane];
-        ch = (first && v < 2) ? x * wave.weights[t][v][lane] : std::fmaf(x, wave.weights[t][v][lane], ch);
+        float& ch = chain[r][v % slots][lane];
+        ch = (first && v < slots) ? x * wave.weights[t][v][lane] : std::fmaf(x, wave.weights[t][v][lane], ch);
       }
   }
 
@@ -317,38 +318,18 @@ struct Emulator {
     std::memcpy(y, ny, sizeof ny);
   }
 
-  // Kernel: reduce_two / reduce_two_packed (asm) via Epilogue::reduce_group; then store_group and
+  // Kernel: reduce_two (asm) via Epilogue::reduce_group; then store_group and
   // store_pair / store_pair_at_once.
   void reduce_group(int k, Chains& part, const float (&scale)[kSubTiles][kLanes]) const {
     const int jx = tail_subtile(geometry, 2 * k), px = tail_pair(geometry, 2 * k);
     const int jy = tail_subtile(geometry, 2 * k + 1), py = tail_pair(geometry, 2 * k + 1);
-    if (geometry.rows_per_tile > 1) {  // x, y: tiles; chain 0 = first row, chain 1 = second
-      float(&xe)[kLanes] = part.v[jx][px][0];
-      float(&xo)[kLanes] = part.v[jx][px][1];
-      float(&ye)[kLanes] = part.v[jy][py][0];
-      float(&yo)[kLanes] = part.v[jy][py][1];
-      for (int l = 0; l < kLanes; ++l) {
-        ye[l] *= scale[jy][l];
-        yo[l] *= scale[jy][l];
-      }
-      permlane32_swap(xe, xo);
-      for (int l = 0; l < kLanes; ++l) xe[l] *= scale[jx][l];
-      permlane32_swap(ye, yo);
-      return;
-    }
-    float(&axe)[kLanes] = part.v[jx][2 * px][0];
-    float(&bxe)[kLanes] = part.v[jx][2 * px + 1][0];
-    float(&aye)[kLanes] = part.v[jy][2 * py][0];
-    float(&bye)[kLanes] = part.v[jy][2 * py + 1][0];
-    for (int l = 0; l < kLanes; ++l) {
-      axe[l] += part.v[jx][2 * px][1][l];
-      bxe[l] += part.v[jx][2 * px + 1][1][l];
-      aye[l] += part.v[jy][2 * py][1][l];
-      bye[l] += part.v[jy][2 * py + 1][1][l];
-    }
-    permlane32_swap(axe, bxe);
-    for (int l = 0; l < kLanes; ++l) axe[l] *= scale[jx][l];
-    permlane32_swap(aye, bye);
+    float(&xa)[kLanes] = part.v[jx][pair_chain_set(geometry, px, 0)][pair_chain_slot(geometry, 0)];
+    float(&xb)[kLanes] = part.v[jx][pair_chain_set(geometry, px, 1)][pair_chain_slot(geometry, 1)];
+    float(&ya)[kLanes] = part.v[jy][pair_chain_set(geometry, py, 0)][pair_chain_slot(geometry, 0)];
+    float(&yb)[kLanes] = part.v[jy][pair_chain_set(geometry, py, 1)][pair_chain_slot(geometry, 1)];
+    permlane32_swap(xa, xb);
+    for (int l = 0; l < kLanes; ++l) xa[l] *= scale[jx][l];
+    permlane32_swap(ya, yb);
   }
   void store_group(bool masked, int k, const Chains& part, const float (&scale)[kSubTiles][kLanes],
                    int stage_key, bool live, const WaveState& wave) {
@@ -364,7 +345,7 @@ struct Emulator {
       const float y_a = y[pair_chain_set(geometry, py, 0)][pair_chain_slot(geometry, 0)][l];
       const float y_b = y[pair_chain_set(geometry, py, 1)][pair_chain_slot(geometry, 1)][l];
       vx[l] = std::fmaf(x_b, scale[jx][l], x_a);
-      vy[l] = packed ? y_a + y_b : (y_a + y_b) * scale[jy][l];
+      vy[l] = (y_a + y_b) * scale[jy][l];
     }
     if (packed) {
       store_pair_at_once(masked, vx, jx, px, stage_key, live, wave);
