@@ -14,9 +14,10 @@
 // segment_rows table in LDS for the masked stages' window test.
 // Why this shape: the sum over heads is one scalar fma chain per row in a fixed order (scalar VALU
 // co-issues under the other wave's MFMAs, packed v_pk_* does not); at H = 16 a tile's two rows take
-// two chains (its even and odd elements), so the epilogue and its registers stay H = 32's. Row pairs are reduced two tails at a time by inline asm that also keeps the 2 wait
-// states a VALU write needs before v_permlane32_swap reads it (the compiler cannot see into the
-// asm to insert them).
+// two chains (its even and odd elements), so the epilogue and its registers stay H = 32's. Row
+// pairs are reduced two tails at a time by inline asm that also keeps the 2 wait states a VALU
+// write needs before v_permlane32_swap reads it (the compiler cannot see into the asm to insert
+// them).
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>

@@ -9,8 +9,9 @@
 // Accumulator fragment (per thread, N / 2 floats), warp wi, lane l, quad lane q = l % 4:
 //   d[4 j + 2 i + c] = S[key = 16 wi + l / 4 + 8 i][col = 8 j + 2 q + c]
 //   col -> (row r = col / H of this warpgroup's rows, head = col % H)
-// Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch (from the Q slot, storage.cuh); out
-// [B * next_n, max_context_len] f32 or bf16 (row stride out_stride), written.
+// Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch (from the
+// Q slot, storage.cuh); out [B * next_n, max_context_len] f32 or bf16 (row stride out_stride),
+// written.
 // kv scale > 0 (a precondition), so it is applied after the head sum: relu(s x) = s relu(x); relu(x)
 // is (x + |x|) / 2 with the 1/2 folded into the scale (one FADD instead of an FMNMX).
 #pragma once

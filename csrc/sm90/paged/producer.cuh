@@ -100,7 +100,8 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
     blocks.log_blocks_per_tile = log_blocks_per_tile;
     blocks.block_begin = block_begin;
     blocks.block_end = block_end;
-    const int tiles = blocks.first_tile < tile_end ? (tile_end - blocks.first_tile + kPagedRings - 1) / kPagedRings : 0;
+    const int tiles =
+        blocks.first_tile < tile_end ? (tile_end - blocks.first_tile + kPagedRings - 1) / kPagedRings : 0;
     blocks.count = tiles << log_blocks_per_tile;
     int window = 0;
     int ids = blocks.load_ids(0, lane);
