@@ -133,8 +133,8 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
     // every tile for the sharing warpgroups (the others pass).
     int tile = tile_begin, tile_step = 1;
     if (!Shape::kSharedTiles) {
-      tile += (math_warpgroup + kPagedMathWarpgroups - first_seq % kPagedMathWarpgroups) % kPagedMathWarpgroups;
-      tile_step = kPagedMathWarpgroups;
+      tile = first_tile_of_ring(tile_begin, first_seq, math_warpgroup);  // ring w is warpgroup w's
+      tile_step = kPagedRings;
     } else if (math_warpgroup >= kPagedSharingWarpgroups) {
       tile = tile_end;
     }

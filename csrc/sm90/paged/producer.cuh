@@ -96,7 +96,7 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
     // This warp's tiles of the batch: those whose seq = seq + (tile - tile_begin) falls to its ring.
     WarpBlocks blocks;
     blocks.table_row = args.block_table + int64_t(b) * args.block_table_stride;
-    blocks.first_tile = tile_begin + (ring + kPagedRings - seq % kPagedRings) % kPagedRings;
+    blocks.first_tile = first_tile_of_ring(tile_begin, seq, ring);
     blocks.log_blocks_per_tile = log_blocks_per_tile;
     blocks.block_begin = block_begin;
     blocks.block_end = block_end;

@@ -71,6 +71,12 @@ __device__ __forceinline__ RingStage ring_stage(int seq) {
   return RingStage{ring * kPagedStagesPerRing + round % kPagedStagesPerRing,
                    static_cast<uint32_t>(round / kPagedStagesPerRing) & 1u};
 }
+// A batch's first tile in ring `ring`, when its tiles [tile_begin, ...) are the CTA's tiles first_seq,
+// first_seq + 1, ...: the producer warp of the ring and, taking the tiles in turn, its math
+// warpgroup then step by kPagedRings from there.
+__device__ __forceinline__ int first_tile_of_ring(int tile_begin, int first_seq, int ring) {
+  return tile_begin + (ring + kPagedRings - first_seq % kPagedRings) % kPagedRings;
+}
 // The same walk one ring at a time: a ring's producer, and its math warpgroup when the warpgroups
 // take the tiles in turn, meet every tile of the ring in order, so the stage steps by one (no
 // division by 3 and 5 per tile).
