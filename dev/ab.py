@@ -1,6 +1,6 @@
 """Same-run A/B of two checkouts of this package (e.g. the previous main against this tree).
 
-    python dev/ab.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--out PREFIX]
+    python dev/ab.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--head-dim 128] [--out PREFIX]
     python dev/ab.py --tree plain=. --tree hook=.:-DSOME_HOOK=1     (a kernel build flag as the variant)
 
 Each tree runs in its own worker process (PYTHONPATH = that tree, its own JIT cache), through its
@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-D = 128
 # A long chunk of short windows: 65536 rows of 64 keys each, where any per-row cost of the plan is
 # largest next to the compute (before the sm90 pricing kernel, every CTA scanned all rows).
 SHORT_WINDOWS = ("short64", 65536, 65536)
@@ -54,10 +53,10 @@ def worker(device_name: str) -> None:
     cached = {}
     for line in sys.stdin:
         request = json.loads(line)
-        key = (request["mode"], request["M"], request["N"], request["H"])
+        key = (request["mode"], request["M"], request["N"], request["H"], request["D"])
         if key not in cached:
             cached.clear()
-            mode, M, N, H = key
+            mode, M, N, H, D = key
             q, kv, scales, weights = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
             cached[key] = (q, kv, scales, weights, *_windows(mode, M, N, device))
         inputs, clean = cached[key], request["clean"]
@@ -117,6 +116,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python dev/ab.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[:FLAGS]", help="exactly two")
     parser.add_argument("--heads", default="32,64")
+    parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--shapes", help="mode:MxN,... (default: the benchmark's shapes and short64:65536x65536)")
     parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
     parser.add_argument("--reps", type=int, default=4, help="A/B rounds per row, in A B / B A order")
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     for mode, M, N in shapes:
         for H in heads:
             for clean in cleans:
-                request = dict(mode=mode, M=M, N=N, H=H, clean=clean, iters=args.iters)
+                request = dict(mode=mode, M=M, N=N, H=H, D=args.head_dim, clean=clean, iters=args.iters)
                 paths = [os.fspath(scratch / f"sample-{w.name}.pt") for w in workers]
                 for w, path in zip(workers, paths):
                     w.ask(what="sample", path=path, **request)

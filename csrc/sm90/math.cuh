@@ -105,22 +105,28 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
     pending_scale = load_scale();
     return in_flight;
   };
+  // The weights and windows of a block, from its (full) Q slot.
+  auto load_rows = [&](int rows_slot, int rows_block) {
+    load_block_rows<H, Logits>(rows, smem, rows_slot, rows_block, math_warpgroup, quad_lane, local_row, args);
+  };
   // Releases the finished tile's K stage, runs its epilogue, releases its Q slot after its last tile.
+  // A block's rows are loaded either at the end of the previous block's last epilogue (advance has
+  // opened their slot by then), or before the block's first epilogue (tunables.h: kRowsAtBlockEnd).
   auto finish = [&](const InFlight& in_flight) {
     fence_accumulators(acc);
     if (lane == 0) mbar_arrive(&smem.k_empty[in_flight.stage]);
-    if (in_flight.first)
-      load_block_rows<H, Logits>(rows, smem, in_flight.slot, in_flight.block, math_warpgroup, quad_lane,
-                                      local_row, args);
+    if (!kRowsAtBlockEnd<H> && in_flight.first) load_rows(in_flight.slot, in_flight.block);
     reduce_store<H, Logits>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
     if (in_flight.last) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.q_empty[in_flight.slot]);
+      if (kRowsAtBlockEnd<H> && in_flight.has_next) load_rows(slot, block);  // the cursor's new block
     }
   };
 
   open_slot();
   if (block < 0) return;
+  if (kRowsAtBlockEnd<H>) load_rows(slot, block);
   pending_scale = load_scale();
   // The other warpgroups' MMAs on the same K tile run under this epilogue. (Issuing this
   // warpgroup's next MMA as soon as the head sums free the accumulator, before the reduction and

@@ -36,6 +36,15 @@ constexpr int kKStages = 8;
 // Q tiles in flight: the next block's Q and weights load while the current one computes. A third
 // slot measured no gain (1024x1024 causal within 1.5 us, long rows within noise).
 constexpr int kQSlots = 2;
+// Where a math warpgroup loads a Q block's weights and windows (epilogue.cuh: BlockRows): at the end of
+// the previous block's last epilogue (true), or before the block's first epilogue, a branch between
+// the MMA's wait and the epilogue's arithmetic (false). Same-run A/B on the H200 (`python dev/ab.py
+// --head-dim D --clean 0 --reps 2`, causal 4096x32768, multi_req 4096x32768, causal 8192x8192 and
+// 1024x1024; end / before): D = 64: H = 16 0.943-0.953 on the three long rows (1024x1024 1.024),
+// H = 32 0.963-0.977, H = 8 0.983-1.009, H = 64 0.998-1.010; D = 128: H = 8, 16, 32 0.988-1.008, H = 64
+// 0.988-1.027 (ptxas then issues its relu FADDs after the stage release, as in earlier H = 64 losses).
+template <int H>
+constexpr bool kRowsAtBlockEnd = H <= 32;
 // Cost of starting a Q block, in K tiles, in the balanced plan's units: a CTA that walks many short
 // blocks (the first rows of a causal chunk) pays a Q-tile load per block. 1024x1024 causal
 // no-clean: 0 -> 21.7 / 30.8 us, 2 -> 20.0 / 24.4 us (H=32 / H=64); long rows unchanged.
