@@ -14,7 +14,9 @@
 // chains (one per row; H = 16 even/odd), the software pipeline with its deferred epilogue and
 // tails, the permlane32 row-pair reductions, per-row buffer stores with out-of-range dropping, or at
 // H = 16 one store per row pair through one resource (float or bfloat16 elements, full or
-// compressed rows), the -inf fill stores and the compressed tails.
+// compressed rows), the -inf fill (16-byte stores of whole chunks, element stores of partial ones)
+// and the compressed tails. A 16-byte store the kernel
+// issues at an address not on 16 bytes, or partly past its resource's end, is counted as a fault.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
 #include <algorithm>
@@ -79,6 +81,7 @@ struct Emulator {
   // One workgroup's LDS ring and the block row table of its current segment.
   std::vector<uint8_t> ring;
   std::vector<SegmentRow> segment_rows;
+  int faults = 0;  // 16-byte stores off 16 bytes or straddling num_records (the kernel issues none)
 
   Emulator(const Fp8MqaLogitsParams& params, int fixed_grid_splits, int num_cus, int kmap_variant)
       : args(params), kmap(kmap_variant) {
@@ -198,6 +201,22 @@ struct Emulator {
       const uint16_t bits = bf16_bits(v);
       std::memcpy(static_cast<uint8_t*>(args.out) + at, &bits, 2);
     }
+  }
+  // Kernel: buffer_store_b128 of a whole -inf chunk. Dropped when it starts past num_records; the
+  // kernel's runs end on a chunk, so it is never partly in range, and its chunks sit on 16 bytes.
+  void store_chunk(const Rsrc& rsrc, uint32_t offset) {
+    if (offset >= rsrc.num_records) return;
+    const uint64_t address = uint64_t(reinterpret_cast<uintptr_t>(args.out)) + uint64_t(rsrc.base + offset);
+    if (!buffer_in_range(offset, kChunkBytes, rsrc.num_records) || address % kChunkBytes != 0) {
+      ++faults;
+      return;
+    }
+    for (uint32_t e = 0; e < uint32_t(kChunkBytes); e += uint32_t(element_bytes))
+      store(-INFINITY, Rsrc{rsrc.base, rsrc.num_records}, offset + e);
+  }
+  // Column phase of a row of out within its 16-byte chunk (kernel: chunk_phase of the address).
+  int row_phase(int64_t row_base) const {
+    return chunk_phase(uint64_t(reinterpret_cast<uintptr_t>(args.out)) + uint64_t(row_base), element_bytes);
   }
   // Kernel: the row resources of Epilogue::store_pair (WaveRows::out_row and key_limit). In the
   // compressed layout the row's key 0 sits s_m columns before the row and keys stop at
@@ -501,25 +520,53 @@ struct Emulator {
     for (WaveState& wave : waves) finish_last_stage(wave);
   }
 
-  // Kernel: fill_neg_inf (all 512 threads of the workgroup; several rows at once when a unit has
-  // fewer columns than threads).
+  // Kernel: store_fill_part, every thread of one row (thread t of row_threads).
+  void store_fill_part(int64_t row_base, bool row_present, const FillRow& row, int part, ColumnRange positions,
+                       int row_threads) {
+    const int per_chunk = chunk_elements(element_bytes);
+    const ColumnRange chunks = positions_in_part(row, per_chunk, part, positions.begin, positions.end);
+    if (chunks.end <= chunks.begin) return;
+    const ColumnRange columns = fill_part(row, part);
+    const ColumnRange whole_in_part = whole_chunks(columns, row.phase, per_chunk);
+    const int whole_begin = std::max(chunks.begin, whole_in_part.begin);
+    const int whole_end = std::min(chunks.end, whole_in_part.end);
+    if (whole_begin < whole_end) {
+      const int count = whole_end - whole_begin;
+      const Rsrc rsrc{row_base + int64_t(chunk_first_column(whole_begin, row.phase, per_chunk)) * element_bytes,
+                      row_present ? uint32_t(count) * kChunkBytes : 0u};
+      for (int k = 0; k < count; k += row_threads)
+        for (int t = 0; t < row_threads; ++t) store_chunk(rsrc, uint32_t(k + t) * kChunkBytes);
+    }
+    const PartialChunks partial = partial_chunks(chunks, whole_in_part);
+    if (partial.head >= 0 || partial.tail >= 0) {
+      const Rsrc rsrc{row_base, row_present ? uint32_t(row.row_end) * element_bytes : 0u};
+      for (int t = 0; t < row_threads; ++t) {
+        const int chunk = t < per_chunk ? partial.head : partial.tail;
+        const int column = chunk_first_column(chunk, row.phase, per_chunk) + t % per_chunk;
+        const bool fill = t < 2 * per_chunk && chunk >= 0 && column_in(columns, column);
+        store(-INFINITY, rsrc, fill ? uint32_t(column) * element_bytes : kOutOfRange);
+      }
+    }
+  }
+
+  // Kernel: fill_neg_inf (rows in rounds, each by fill_row_threads threads).
   void fill(const BlockFacts& block, int unit_begin, int unit_end) {
-    const int row_threads = std::min(geometry.fill_cols, kThreads);
+    const int row_threads = fill_row_threads(geometry);
     const int rows_at_once = kThreads / row_threads;
-    for (int u = unit_begin; u < unit_end; ++u)
-      for (int slot0 = 0; slot0 < geometry.block_rows; slot0 += rows_at_once)
-        for (int tid = 0; tid < kThreads; ++tid) {
-          const int row = segment_rows[slot0 + tid / row_threads].row;
-          const Rsrc rsrc{int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes,
-                          row >= 0 ? uint32_t(args.N) * element_bytes : 0u};
-          for (int k = 0; k < geometry.fill_cols / row_threads; ++k) {
-            const int f = u * geometry.fill_cols + k * row_threads + tid % row_threads;
-            const uint32_t offset = f < block.fill_keys
-                                        ? uint32_t(scheduler::fill_key(block.span(), f)) * element_bytes
-                                        : kOutOfRange;
-            store(-INFINITY, rsrc, offset);
-          }
+    const int per_chunk = chunk_elements(element_bytes);
+    for (int slot0 = 0; slot0 < geometry.block_rows; slot0 += rows_at_once)
+      for (int r = 0; r < rows_at_once; ++r) {
+        const int row = segment_rows[slot0 + r].row;
+        const int64_t row_base = int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes;
+        const FillRow fill_row{block.first_key, block.covered_end, int(args.N), row_phase(row_base)};
+        const int row_chunks = fill_chunks(fill_row, per_chunk);
+        for (int u = unit_begin; u < unit_end; ++u) {
+          const ColumnRange positions =
+              unit_position_range(geometry, element_bytes, u, block.fill_units, row_chunks);
+          for (int part = 0; part < 2; ++part)
+            store_fill_part(row_base, row >= 0, fill_row, part, positions, row_threads);
         }
+      }
   }
 
   // Kernel: segment.
@@ -557,10 +604,10 @@ struct Emulator {
     for (int m = workgroup; m < args.M; m += workgroups) {
       const scheduler::KeyRange window = scheduler::row_window(args.ks[m], args.ke[m], args.N);
       const int keys = int(std::min<int64_t>(window.size(), columns));
-      const Rsrc rsrc{int64_t(m) * args.out_stride * element_bytes, columns * element_bytes};
-      for (int tid = 0; tid < kThreads; ++tid)
-        for (int column = keys + tid; column < int(columns); column += kThreads)
-          store(-INFINITY, rsrc, uint32_t(column) * element_bytes);
+      const int64_t row_base = int64_t(m) * args.out_stride * element_bytes;
+      const FillRow tail{0, keys, int(columns), row_phase(row_base)};
+      store_fill_part(row_base, true, tail, 1, ColumnRange{0, fill_chunks(tail, chunk_elements(element_bytes))},
+                      kThreads);
     }
   }
 
@@ -602,7 +649,8 @@ static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int 
 
 extern "C" {
 
-// Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
+// Runs the whole grid; returns the number of non-empty workgroups, -1 on bad arguments, or -2 when
+// a 16-byte fill store was off 16 bytes or partly past its resource (store_chunk).
 // out: float32 or (bf16 != 0) bfloat16 bits; out_columns > 0: the compressed layout of that width.
 int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, const float* w,
                    const int32_t* ks, const int32_t* ke, void* out, int M, int N, int H, int D,
@@ -628,7 +676,8 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
     plan_out[3] = emu.launch.grid_y;
     plan_out[4] = emu.launch.fixed_grid_splits;
   }
-  return emu.run_all();
+  const int busy = emu.run_all();
+  return emu.faults > 0 ? -2 : busy;
 }
 
 // The balanced plan alone (no compute): per workgroup, the real units it processes (stages and

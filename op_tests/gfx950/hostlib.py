@@ -61,6 +61,14 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_tail_group.argtypes = [c_int] * 4 + [i32p]
     lib.gfx950_tail_group.restype = None
     lib.gfx950_store_offset.restype = ctypes.c_uint
+    lib.gfx950_fill_chunks.argtypes = [c_int] * 5
+    lib.gfx950_fill_position.argtypes = [c_int] * 6 + [i32p]
+    lib.gfx950_fill_position.restype = None
+    lib.gfx950_partial_chunks.argtypes = [c_int] * 4 + [i32p]
+    lib.gfx950_partial_chunks.restype = None
+    lib.gfx950_unit_positions.argtypes = [c_int] * 7 + [i32p]
+    lib.gfx950_unit_positions.restype = None
+
     return lib
 
 

@@ -122,6 +122,42 @@ int gfx950_choose_fixed_grid_splits(int heads, int small, int head_dim, long lon
   return choose_fixed_grid_splits(variant(heads, small, head_dim), M, N, num_cus, clean != 0);
 }
 
+// The -inf fill of one row (layout.h): its fill chunk count, and for fill position `position`
+// {part, chunk, first column of the chunk, whole} (positions_in_part, whole_chunks).
+int gfx950_fill_chunks(int left_end, int right_begin, int row_end, int phase, int element_bytes) {
+  return fill_chunks(FillRow{left_end, right_begin, row_end, phase}, chunk_elements(element_bytes));
+}
+void gfx950_fill_position(int left_end, int right_begin, int row_end, int phase, int element_bytes, int position,
+                          int* out) {
+  const FillRow row{left_end, right_begin, row_end, phase};
+  const int per_chunk = chunk_elements(element_bytes);
+  for (int part = 0; part < 2; ++part) {
+    const ColumnRange chunks = positions_in_part(row, per_chunk, part, position, position + 1);
+    if (chunks.end <= chunks.begin) continue;
+    const ColumnRange whole = whole_chunks(fill_part(row, part), phase, per_chunk);
+    out[0] = part;
+    out[1] = chunks.begin;
+    out[2] = chunk_first_column(chunks.begin, phase, per_chunk);
+    out[3] = chunks.begin >= whole.begin && chunks.begin < whole.end;
+    return;
+  }
+  out[0] = -1;
+}
+// partial_chunks of a run of chunks against the part's whole chunks: {head, tail}.
+void gfx950_partial_chunks(int begin, int end, int whole_begin, int whole_end, int* out) {
+  const PartialChunks p = partial_chunks(ColumnRange{begin, end}, ColumnRange{whole_begin, whole_end});
+  out[0] = p.head;
+  out[1] = p.tail;
+}
+// Fill unit `unit` of fill_units: its fill positions of a row with row_chunks chunks.
+void gfx950_unit_positions(int heads, int small, int head_dim, int element_bytes, int unit, int fill_units,
+                           int row_chunks, int* out) {
+  const ColumnRange r = unit_position_range(variant(heads, small, head_dim), element_bytes, unit, fill_units,
+                                            row_chunks);
+  out[0] = r.begin;
+  out[1] = r.end;
+  out[2] = fill_row_threads(variant(heads, small, head_dim));
+}
 // The kernel's facts of a block whose union of windows is [lo, hi) (empty when hi <= lo):
 // {first_key, stages, covered_end, fill_keys, overhead, fill_units, units}.
 void gfx950_block_facts(int heads, int small, int head_dim, int lo, int hi, int N, int clean, int* out) {
