@@ -291,6 +291,22 @@ def test_balanced_many_segments(mode, num_cus):
     run_case(160, 180, 64, mode, False, num_cus=num_cus)
 
 
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("mode", ["multi_req", "misaligned"])
+@pytest.mark.parametrize("H,D", SHAPE_CASES, ids=[f"h{h}-d{d}" for h, d in SHAPE_CASES])
+def test_fill_between_stages(H, D, mode, logits_dtype):
+    """Rows far wider than a fill unit and few workgroups: each segment holds several stages and
+    several fill units, which the kernel writes between its stages (fill_between_stages) or in the
+    fill pass (H = 16 with two key groups); the -inf pattern and values stay exact."""
+    M, N, num_cus = 150, 1800, 3
+    q, kv, scales, w = make_inputs(M, N, H, D, seed=H + D)
+    ks, ke = make_windows(mode, M, N)
+    out, plan = emulate(q, kv, scales, w, ks, ke, True, num_cus=num_cus, logits_dtype=logits_dtype)
+    ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=True)
+    tag = f"M={M} N={N} H={H} D={D} {mode} {logits_dtype} cus={num_cus} plan={plan}"
+    check_options(out, ref, ks, ke, N, True, logits_dtype, N, tag)
+
+
 @pytest.mark.parametrize("kmap", [0, 1])
 def test_independent_of_hardware_k_order(kmap):
     """A and B fragments share one head_dim permutation, so the MFMA's internal k order is free."""

@@ -328,3 +328,86 @@ def test_fill_units_split_each_row(heads, small, head_dim, element_bytes):
     row_threads = out[2]
     assert row_threads % LANES == 0 and (LANES * WAVES) % row_threads == 0
     assert g["block_rows"] % (LANES * WAVES // row_threads) == 0
+    # Writing the fill between stages is left out only where the stage loops had no registers for it.
+    assert g["fill_between_stages"] == (not (heads == 16 and g["key_groups"] == 2))
+
+
+def block_parts(lib, overhead, compute, fill, u_begin, u_end):
+    out = (ctypes.c_int32 * 4)()
+    lib.gfx950_block_parts(overhead, compute, fill, u_begin, u_end, out)
+    return tuple(out)
+
+
+def test_block_units_interleave_stages_and_fill():
+    """A block's units (cost_model.h): the start overhead, then stages and fill units interleaved.
+    Consecutive unit ranges partition the stages and the fill units in order; any range holds them
+    in the block's ratio (within one unit of each); the first body unit is a fill unit, the last a
+    stage (when the block has both)."""
+    lib = hostlib.load()
+    for overhead, compute, fill in itertools.product((0, 2), (0, 1, 3, 7, 40), (0, 1, 2, 5, 17)):
+        if compute == 0 and overhead:
+            continue  # a block without stages has no start overhead
+        total = overhead + compute + fill
+        for cuts in ([0, total], list(range(total + 1)), [0, total // 3, total // 2, total]):
+            tiles, fills = [], []
+            for a, b in zip(cuts, cuts[1:]):
+                t0, t1, f0, f1 = block_parts(lib, overhead, compute, fill, a, b)
+                tiles.extend(range(t0, t1))
+                fills.extend(range(f0, f1))
+                body = max(0, b - max(a, overhead))
+                if compute + fill and body:
+                    assert abs((t1 - t0) * (compute + fill) - body * compute) <= compute + fill
+            assert tiles == list(range(compute)) and fills == list(range(fill))
+        if compute and fill:
+            assert block_parts(lib, overhead, compute, fill, overhead, overhead + 1)[2:] == (0, 1)
+            assert block_parts(lib, overhead, compute, fill, total - 1, total)[:2] == (compute - 1, compute)
+
+
+def fill_schedule(lib, stage_begin, stage_end, fill_begin, fill_end, stage):
+    out = (ctypes.c_int32 * 2)()
+    lib.gfx950_fill_schedule(stage_begin, stage_end, fill_begin, fill_end, stage, out)
+    return out[0], out[1]
+
+
+def test_fill_schedule_spreads_the_fill_over_the_stages():
+    """FillSchedule (plan.h): fill unit k of F goes before stage k S / F of S; every one before the
+    last stage; the stage loop breaks exactly where more become due."""
+    lib = hostlib.load()
+    for stages, fills, begin, fill_begin in itertools.product((1, 2, 3, 8, 41), (0, 1, 2, 3, 8, 100), (0, 5), (0, 9)):
+        end, fill_end = begin + stages, fill_begin + fills
+        expected = [min(fills, -(-(r + 1) * fills // stages)) for r in range(stages)]
+        got = [fill_schedule(lib, begin, end, fill_begin, fill_end, begin + r) for r in range(stages)]
+        assert [due - fill_begin for due, _ in got] == expected
+        assert got[-1][0] == fill_end  # all due before the last stage
+        for r, (due, nxt) in enumerate(got):
+            later = [q for q in range(r + 1, stages) if expected[q] > expected[r]]
+            assert nxt == begin + (later[0] if later else stages)
+
+
+@pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_fill_between_stages_keeps_the_waits_safe(heads, small, head_dim, element_bytes):
+    """The fill's stores between a segment's stages count in vmcnt like the loop's own (gfx9 has one
+    counter): the hand-placed wait of a stage then sees more ops after its loads than it assumes,
+    so it waits for them too (later, never early). No wait may see fewer."""
+    g = hostlib.geometry(heads, small, head_dim)
+    D, L, T, N = g["prefetch_stages"], g["loads_per_stage"], g["stores_per_stage"], g["vmcnt_wait"]
+    unit_stores = g["fill_cols"] * g["block_rows"] * element_bytes // (16 * LANES * WAVES)  # 16-byte stores a wave
+    lib = hostlib.load()
+    for stages, fills in ((1, 3), (5, 2), (9, 9), (40, 17), (3, 40)):
+        ops, last_load, filled, after = [], {}, 0, []
+        for i in range(D):
+            ops.extend(["load"] * L)
+            last_load[i] = len(ops) - 1
+        drained = len(ops)  # the vmcnt(0) after the Q/w loads
+        for i in range(stages):
+            due, _ = fill_schedule(lib, 0, stages, 0, fills, i)
+            ops.extend(["fill"] * (unit_stores * (due - filled)))
+            filled = due
+            if last_load[i] >= drained:
+                after.append(len(ops) - 1 - last_load[i])
+            ops.extend(["load"] * L)
+            last_load[i + D] = len(ops) - 1
+            ops.extend(["store"] * T)
+        assert filled == fills
+        assert all(a >= N for a in after), f"a wait retires its stage's loads early: {after} < {N}"

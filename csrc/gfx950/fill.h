@@ -17,9 +17,11 @@
 // both 0 for a block position past M, so the hardware drops those stores. The block's
 // segment_rows in LDS.
 // Why units: a fill unit is priced like one compute stage (tunables.h, kFillUnitElems), so a
-// workgroup's even share of units is an even share of time whether it fills or computes. Why
-// 16-byte chunks: a whole chunk costs the wave one VMEM and one VALU instruction (a float unit is
-// 8 stores per wave, a bfloat16 one 4, where one element per lane took 32).
+// workgroup's even share of units is an even share of time whether it fills or computes. The
+// kernel writes a segment's fill units between its stages (kernel.h; geometry.h,
+// fill_between_stages), so the stores drain while the MFMAs run. Why 16-byte chunks: a whole chunk costs the wave one VMEM and one VALU
+// instruction (a float unit is 8 stores per wave, a bfloat16 one 4, where one element per lane
+// took 32), so little of the fill's issue competes with the stage loop's.
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>
@@ -34,11 +36,16 @@
 namespace aiter {
 namespace gfx950 {
 
-// Sixteen bytes of the element's -inf: four float -inf or eight bfloat16 -inf (0xff80).
+// Sixteen bytes of the element's -inf: four float -inf or eight bfloat16 -inf (0xff80), made
+// where it is stored: behind the empty asm the compiler cannot hoist it out of the segment loop,
+// where its VGPRs would stay live through the stage loops (hoisted, h16 took 255 VGPRs, not 252,
+// and h64_small 256, not 252).
 template <typename Element>
 __device__ __forceinline__ v4i neg_inf_chunk() {
   const int bits = sizeof(Element) == 4 ? int(0xff800000u) : int(0xff80ff80u);
-  return v4i{bits, bits, bits, bits};
+  v4i chunk{bits, bits, bits, bits};
+  asm volatile("" : "+v"(chunk));
+  return chunk;
 }
 
 // The chunks of part `part` among fill positions `positions` of one row, by the row's
@@ -60,8 +67,9 @@ __device__ __forceinline__ void store_fill_part(uint64_t row_address, bool row_p
     const int count = whole_end - whole_begin;
     const v4i rsrc = make_rsrc(row_address + uint64_t(chunk_first_column(whole_begin, row.phase, kPerChunk)) * kElementBytes,
                                row_present ? uint32_t(count) * kChunkBytes : 0u);
+    const v4i neg_inf = neg_inf_chunk<Element>();
     for (int k = 0; k < count; k += kRowThreads)
-      buffer_store_b128(neg_inf_chunk<Element>(), rsrc, uint32_t(k + thread_of_row) * kChunkBytes, 0, 0);
+      buffer_store_b128(neg_inf, rsrc, uint32_t(k + thread_of_row) * kChunkBytes, 0, 0);
   }
   const PartialChunks partial = partial_chunks(chunks, whole_in_part);
   if (partial.head >= 0 || partial.tail >= 0) {
@@ -69,7 +77,9 @@ __device__ __forceinline__ void store_fill_part(uint64_t row_address, bool row_p
     const int chunk = thread_of_row < kPerChunk ? partial.head : partial.tail;
     const int column = chunk_first_column(chunk, row.phase, kPerChunk) + thread_of_row % kPerChunk;
     const bool fill = thread_of_row < 2 * kPerChunk && chunk >= 0 && column_in(columns, column);
-    buffer_store_logit<Element>(-__builtin_inff(), rsrc, fill ? uint32_t(column) * kElementBytes : kOutOfRange);
+    float neg_inf = -__builtin_inff();
+    asm volatile("" : "+v"(neg_inf));  // made here, as neg_inf_chunk
+    buffer_store_logit<Element>(neg_inf, rsrc, fill ? uint32_t(column) * kElementBytes : kOutOfRange);
   }
 }
 
@@ -77,7 +87,7 @@ __device__ __forceinline__ void store_fill_part(uint64_t row_address, bool row_p
 // barrier (the caller's segment holds segment_rows). Rows in rounds of kRowsAtOnce, each row by
 // fill_row_threads threads (whole waves).
 template <class V, typename Element>
-__device__ void fill_neg_inf(const Workgroup<V>& wg, const BlockFacts& block, int unit_begin,
+__device__ void fill_neg_inf(const Workgroup<V>& wg, const FillFacts& block, int unit_begin,
                              int unit_end) {
   constexpr uint32_t kElementBytes = sizeof(Element);
   constexpr int kPerChunk = chunk_elements(kElementBytes);

@@ -14,8 +14,9 @@
 // chains (one per row; H = 16 even/odd), the software pipeline with its deferred epilogue and
 // tails, the permlane32 row-pair reductions, per-row buffer stores with out-of-range dropping, or at
 // H = 16 one store per row pair through one resource (float or bfloat16 elements, full or
-// compressed rows), the -inf fill (16-byte stores of whole chunks, element stores of partial ones)
-// and the compressed tails. A 16-byte store the kernel
+// compressed rows), the -inf fill (16-byte stores of whole chunks, element stores of partial ones;
+// written between a segment's stages where the variant does, else in the fill pass) and the
+// compressed tails. A 16-byte store the kernel
 // issues at an address not on 16 bytes, or partly past its resource's end, is counted as a fault.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
@@ -496,8 +497,9 @@ struct Emulator {
       }
   }
 
-  // Kernel: compute_stages + stage_loop. All waves step through the stages together.
-  void compute_stages(const BlockFacts& block, int stage_begin, int stage_end) {
+  // Kernel: compute_stages + stage_loop. All waves step through the stages together; where the
+  // variant writes the fill between stages (full layout), the fill units due come before each piece.
+  void compute_stages(const BlockFacts& block, int stage_begin, int stage_end, int fill_begin, int fill_end) {
     for (int d = 0; d < geometry.prefetch_stages; ++d) load_stage(block, stage_begin + d, stage_end, d);
     std::vector<WaveState> waves(kWaves);
     for (int w = 0; w < kWaves; ++w) {
@@ -508,14 +510,22 @@ struct Emulator {
       wave.carry.live = false;
     }
     const StageRange clean = clean_stages(block, geometry.stage_keys, stage_begin, stage_end);
+    const bool fill_here = geometry.fill_between_stages && !args.compressed;
+    const FillSchedule schedule{stage_begin, stage_end, fill_begin, fill_end};
     int read_slot = 0;
-    for (int i = stage_begin; i < stage_end; ++i) {
-      const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
-      load_stage(block, i + geometry.prefetch_stages, stage_end, write_slot);
-      const bool masked = !(i >= clean.begin && i < clean.end);
-      for (WaveState& wave : waves)
-        stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
-      read_slot = read_slot + 1 == geometry.slots ? 0 : read_slot + 1;
+    int filled = fill_begin;
+    for (int i = stage_begin; i < stage_end;) {
+      const int due = schedule.due_before(i);
+      if (fill_here && filled < due) fill(block, filled, due);
+      filled = due;
+      for (const int next = fill_here ? schedule.next_break(i) : stage_end; i < next; ++i) {
+        const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
+        load_stage(block, i + geometry.prefetch_stages, stage_end, write_slot);
+        const bool masked = !(i >= clean.begin && i < clean.end);
+        for (WaveState& wave : waves)
+          stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
+        read_slot = read_slot + 1 == geometry.slots ? 0 : read_slot + 1;
+      }
     }
     for (WaveState& wave : waves) finish_last_stage(wave);
   }
@@ -573,10 +583,12 @@ struct Emulator {
   void segment(bool compute, int b, int unit_begin, int unit_end, bool balanced) {
     const BlockFacts block = setup_block(b, balanced);
     const scheduler::SegmentParts parts = segment_parts(block, unit_begin, unit_end);
+    const bool computes = parts.tile_begin < parts.tile_end;
     if (compute) {
-      if (parts.tile_begin < parts.tile_end) compute_stages(block, int(parts.tile_begin), int(parts.tile_end));
-    } else {
-      if (parts.fill_begin < parts.fill_end) fill(block, int(parts.fill_begin), int(parts.fill_end));
+      if (computes)
+        compute_stages(block, int(parts.tile_begin), int(parts.tile_end), int(parts.fill_begin), int(parts.fill_end));
+    } else if (parts.fill_begin < parts.fill_end && !(computes && geometry.fill_between_stages)) {
+      fill(block, int(parts.fill_begin), int(parts.fill_end));
     }
   }
 

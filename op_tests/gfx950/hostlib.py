@@ -68,7 +68,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_partial_chunks.restype = None
     lib.gfx950_unit_positions.argtypes = [c_int] * 7 + [i32p]
     lib.gfx950_unit_positions.restype = None
-
+    lib.gfx950_block_parts.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_block_parts.restype = None
+    lib.gfx950_fill_schedule.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_fill_schedule.restype = None
     return lib
 
 
@@ -111,6 +114,7 @@ GEOMETRY_FIELDS = (
     "chain_sets", "pairs_per_wave", "row_groups", "key_groups", "block_rows", "stage_keys",
     "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes", "prefetch_stages", "slots",
     "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows", "plan_blocks",
+    "fill_between_stages",
 )
 
 

@@ -24,7 +24,7 @@ int gfx950_geometry(int heads, int small, int head_dim, int* out) {
                    g.rows_per_wave, g.chain_sets, g.pairs_per_wave, g.row_groups, g.key_groups,
                    g.block_rows, g.stage_keys, g.stage_bytes, g.dmas_per_wave, g.wave_part_bytes,
                    g.slot_bytes, g.prefetch_stages, g.slots, g.loads_per_stage, g.stores_per_stage,
-                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks};
+                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks, g.fill_between_stages};
   const int n = int(sizeof v / sizeof v[0]);
   for (int i = 0; i < n; ++i) out[i] = v[i];
   return geometry_ok(g) ? n : -n;
@@ -158,6 +158,22 @@ void gfx950_unit_positions(int heads, int small, int head_dim, int element_bytes
   out[1] = r.end;
   out[2] = fill_row_threads(variant(heads, small, head_dim));
 }
+// The order of a block's units (cost_model.h): {tile_begin, tile_end, fill_begin, fill_end} of
+// units [u_begin, u_end) of a block priced {overhead, compute, fill}.
+void gfx950_block_parts(int overhead, int compute, int fill, int u_begin, int u_end, int* out) {
+  const scheduler::SegmentParts p = block_parts(scheduler::BlockPrice{overhead, compute, fill}, u_begin, u_end);
+  out[0] = int(p.tile_begin);
+  out[1] = int(p.tile_end);
+  out[2] = int(p.fill_begin);
+  out[3] = int(p.fill_end);
+}
+// FillSchedule of a segment: {due_before(stage), next_break(stage)}.
+void gfx950_fill_schedule(int stage_begin, int stage_end, int fill_begin, int fill_end, int stage, int* out) {
+  const FillSchedule schedule{stage_begin, stage_end, fill_begin, fill_end};
+  out[0] = schedule.due_before(stage);
+  out[1] = schedule.next_break(stage);
+}
+
 // The kernel's facts of a block whose union of windows is [lo, hi) (empty when hi <= lo):
 // {first_key, stages, covered_end, fill_keys, overhead, fill_units, units}.
 void gfx950_block_facts(int heads, int small, int head_dim, int lo, int hi, int N, int clean, int* out) {
@@ -180,8 +196,8 @@ int gfx950_fixed_grid_costs(int heads, int small, int head_dim, int N, int clean
       keys.add(scheduler::KeyRange{lo[b], hi[b]});
       const scheduler::BlockPrice price = scheduler::price_block(model, keys.range());
       const scheduler::SegmentParts parts =
-          scheduler::segment_parts(price, scheduler::share_begin(price.total(), splits, y),
-                                   scheduler::share_begin(price.total(), splits, y + 1));
+          block_parts(price, scheduler::share_begin(price.total(), splits, y),
+                      scheduler::share_begin(price.total(), splits, y + 1));
       const int64_t tiles = parts.tile_end - parts.tile_begin;
       out[n++] = double(tiles + (parts.fill_end - parts.fill_begin) + (tiles ? price.overhead : 0));
     }
