@@ -343,7 +343,7 @@ def test_empty_rows_cost_nothing(mode):
     ks, ke = make_windows(mode, M, N)
     units, segs = (ctypes.c_int32 * 256)(), (ctypes.c_int32 * 256)()
     compacted = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                         M, N, H, 128, 0, 256, units, segs)
+                                         M, N, H, 128, 0, 256, units, segs, None)
     natural = natural_block_units(ks, ke, M, N, H, clean=False)
     live = ks.clamp(0, N) < ke.clamp(0, N)
     live_only = natural_block_units(ks[live], ke[live], int(live.sum()), N, H, clean=False)

@@ -77,7 +77,7 @@ def balanced(ks, ke, M, N, H, clean, D=128):
     lib = hostlib.load()
     units, segs = (ctypes.c_int32 * CUS)(), (ctypes.c_int32 * CUS)()
     total = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                     M, N, H, D, int(clean), CUS, units, segs)
+                                     M, N, H, D, int(clean), CUS, units, segs, None)
     assert total >= 0
     return total, list(units), list(segs)
 

@@ -693,16 +693,17 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
 }
 
 // The balanced plan alone (no compute): per workgroup, the real units it processes (stages and
-// fill units, not the virtual overhead units) and its compute segments (Q/w loads, pipeline).
-// Returns the total number of units (virtual ones included), or -1.
+// fill units, not the virtual overhead units), its compute segments (Q/w loads, pipeline) and,
+// when wg_fill is given, how many of its units are fill units. Returns the total number of units
+// (virtual ones included), or -1.
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int D, int clean,
-                         int num_cus, int* wg_units, int* wg_segments) {
+                         int num_cus, int* wg_units, int* wg_segments, int* wg_fill) {
   if (!serves(H, D) || M <= 0 || N <= 0) return -1;
   Emulator emu(plan_params(ks, ke, M, N, H, D, clean), 0, num_cus, 0);
   if (!emu.launch.balanced) return -1;
   emu.build_plan();
   for (int x = 0; x < emu.launch.grid_x; ++x) {
-    int fixed_block, real = 0, segments = 0;
+    int fixed_block, real = 0, segments = 0, fill = 0;
     const UnitRange units = emu.workgroup_units(x, 0, &fixed_block);
     for_each_segment(true, emu.blocks, fixed_block, units,
                      [&](int b) { return emu.block_units_prefix[b]; },
@@ -710,10 +711,12 @@ int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int
                        const scheduler::SegmentParts parts =
                            segment_parts(emu.setup_block(b, true), unit_begin, unit_end);
                        real += int((parts.tile_end - parts.tile_begin) + (parts.fill_end - parts.fill_begin));
+                       fill += int(parts.fill_end - parts.fill_begin);
                        segments += parts.tile_begin < parts.tile_end;
                      });
     wg_units[x] = real;
     wg_segments[x] = segments;
+    if (wg_fill) wg_fill[x] = fill;
   }
   return emu.block_units_prefix[emu.blocks];
 }

@@ -37,7 +37,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_emulate.argtypes = [u8p, u8p, f32p, f32p, i32p, i32p, ctypes.c_void_p, c_int, c_int, c_int, c_int,
                                    c_ll, c_ll, c_int, c_int, c_int, c_int, c_int, c_int, i32p]
     lib.gfx950_emulate.restype = c_int
-    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, c_int, i32p, i32p]
+    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, c_int, i32p, i32p, i32p]
     lib.gfx950_balanced_plan.restype = c_int
     lib.gfx950_fp8_to_float.argtypes = [c_int]
     lib.gfx950_fp8_to_float.restype = ctypes.c_float
