@@ -45,14 +45,19 @@ def test_busiest_units_is_a_share_of_the_plan():
 @pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
 @pytest.mark.parametrize("heads,small,head_dim", [(32, False, 128), (16, False, 128), (64, True, 64)])
 def test_fill_unit_of_a_variant(heads, small, head_dim):
-    """A unit's bytes are its block_rows x fill_cols elements; 16-byte stores, 8 KiB a round of one
-    per wave; the rows a wave takes: one wave per row (8 rows at once), two where a block has 4."""
+    """A unit's bytes are its block_rows x fill_cols elements; the rows a wave takes: one wave per
+    row (8 rows at once), two where a block has 4; 16-byte stores, a row's chunks by its waves: 8 KiB
+    a round of one per wave where a row has a wave's worth of chunks, else one store per row."""
     g = hostlib.geometry(heads, small, head_dim)
     for element_bytes in (4, 2):
         unit = model.fill_unit(g, element_bytes)
         assert unit.bytes == g["block_rows"] * g["fill_cols"] * element_bytes
-        assert unit.stores_per_wave * 16 * 64 * 8 == unit.bytes
         assert unit.rows_per_wave == (1 if g["block_rows"] < 8 else g["block_rows"] // 8)
+        row_chunks = g["fill_cols"] * element_bytes // 16
+        if row_chunks >= 64:
+            assert unit.stores_per_wave * 16 * 64 * 8 == unit.bytes
+        else:
+            assert unit.stores_per_wave == unit.rows_per_wave
         assert unit.valu_per_wave() == (unit.rows_per_wave * model.FILL_VALU_PER_ROW +
                                         unit.stores_per_wave * model.FILL_VALU_PER_STORE)
 
@@ -126,3 +131,20 @@ def test_clean_loop_of_the_real_kernel(tmp_path):
         valu = sum(isa.classify(i.op) in ("valu", "permlane") for b in body for i in
                    kernels["fp8_mqa_logits_gfx950_h32"].blocks[b].insts)
         assert valu >= counts.valu
+
+
+@pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
+def test_multi_request_fill_within_the_issues_goal():
+    """Issue 13's goal for the fill, in the model's own terms: multi_req 4096x32768 at H = 32
+    (clean, float32) predicted within 1.2x of the same plan without clean_logits, on the h32 clean
+    loop's VALU-bound stage (2312 cycles when this was written; CI's model run takes it from the
+    assembly). With the fill after the stages the same plan is far from it."""
+    g = hostlib.geometry(32, False, 128)
+    unit, stage_bytes = model.fill_unit(g), g["block_rows"] * g["stage_keys"] * 4
+    work = model.plan_work("multi_req", 4096, 32768, 32)
+    bound = model.row_prediction(model.plan_work("multi_req", 4096, 32768, 32, clean=False), 2312, unit,
+                                 stage_bytes, True)
+    between = model.row_prediction(work, 2312, unit, stage_bytes, True)
+    after = model.row_prediction(work, 2312, unit, stage_bytes, False)
+    assert g["fill_between_stages"]
+    assert between <= 1.2 * bound < after

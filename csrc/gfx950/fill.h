@@ -20,8 +20,8 @@
 // workgroup's even share of units is an even share of time whether it fills or computes. The
 // kernel writes a segment's fill units between its stages (kernel.h; geometry.h,
 // fill_between_stages), so the stores drain while the MFMAs run. Why 16-byte chunks: a whole chunk costs the wave one VMEM and one VALU
-// instruction (a float unit is 8 stores per wave, a bfloat16 one 4, where one element per lane
-// took 32), so little of the fill's issue competes with the stage loop's.
+// instruction (a float unit is 4 stores per wave, a bfloat16 one 2, where one element per lane
+// took 16), so little of the fill's issue competes with the stage loop's.
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>

@@ -311,8 +311,8 @@ struct Fp8MqaLogitsGfx950 {
   // the fill's registers come from the loop's temporaries. Its stores count in vmcnt as the loop's
   // do (gfx9 has one counter): the hand-placed waits of the next prefetch_stages iterations wait
   // for that many more ops, later, never early (test_gfx950_layout); for those iterations the ring
-  // is in effect shallower by about a stage per unit (a float unit is 8 stores per wave, a stage
-  // 6-11 VMEM ops). The compressed layout has no fill units, so its runs are not cut.
+  // is in effect shallower by less than a stage per unit (a float unit is 4 stores per wave, a
+  // stage 6-11 VMEM ops). The compressed layout has no fill units, so its runs are not cut.
   __device__ void compute_stages(const BlockFacts& block, int stage_begin, int stage_end, int fill_begin,
                                  int fill_end, const RingLanes& ring_lanes, const StoreLanes& store_lanes) const {
 #pragma unroll

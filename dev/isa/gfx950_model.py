@@ -23,9 +23,11 @@ issue count, not a clock figure.
 
 The -inf fill (clean_logits) is priced by what it issues and what it writes. A fill unit is
 block_rows x fill_cols = kFillUnitElems elements (csrc/gfx950/tunables.h) written as 16-byte stores:
-unit bytes / 8 KiB stores per wave, each with FILL_VALU_PER_STORE VALU, plus FILL_VALU_PER_ROW VALU
-for each row a wave takes (its resource and the -inf registers); both counted in the assembly
-(fill_run_loop checks the first, the first table prints it). Every CU writes at its share of HBM, HBM_BYTES_PER_S / 256 CUs (13.0 bytes per clock), the
+a row's chunks of the unit by whole waves (unit bytes / 8 KiB stores per wave where a row has a
+wave's worth of chunks or more, one per row where it has fewer), each store with
+FILL_VALU_PER_STORE VALU, plus FILL_VALU_PER_ROW VALU for each row a wave takes (its resource and
+the -inf registers); both counted in the assembly (fill_run_loop checks the first, the first table
+prints it). Every CU writes at its share of HBM, HBM_BYTES_PER_S / 256 CUs (13.0 bytes per clock), the
 stages' logits (block_rows x stage_keys x 4 bytes a stage) and its fill alike. A workgroup with s
 stages and f fill units, at c cycles a stage, takes
   fill written between its stages:  max(s c + f fill_issue, (s stage_bytes + f unit_bytes) / share)
@@ -121,13 +123,16 @@ class FillUnit:
 
 
 def fill_unit(geometry: dict, element_bytes: int = 4) -> FillUnit:
-    """A variant's fill unit (geometry: hostlib.geometry's dict)."""
+    """A variant's fill unit (geometry: hostlib.geometry's dict): a row's chunks of the unit by its
+    row threads (whole waves), so a row with fewer chunks than a wave has lanes still takes a store."""
     rows = geometry["block_rows"]
     unit_bytes = rows * geometry["fill_cols"] * element_bytes
     row_threads = LANES * (WAVES_PER_WORKGROUP // rows if rows < WAVES_PER_WORKGROUP else 1)
     rows_at_once = LANES * WAVES_PER_WORKGROUP // row_threads
-    return FillUnit(bytes=unit_bytes, stores_per_wave=unit_bytes // (CHUNK_BYTES * LANES * WAVES_PER_WORKGROUP),
-                    rows_per_wave=rows // rows_at_once)
+    row_chunks = geometry["fill_cols"] * element_bytes // CHUNK_BYTES
+    rows_per_wave = rows // rows_at_once
+    return FillUnit(bytes=unit_bytes, stores_per_wave=rows_per_wave * -(-row_chunks // row_threads),
+                    rows_per_wave=rows_per_wave)
 
 
 @dataclass
