@@ -282,7 +282,7 @@ def main(argv=None) -> int:
               f"{'-' if run is None else f'{run[0]} / {run[1]}'} |")
     print(f"\nPredicted µs (clean_logits; main path, float32; the busiest workgroup of the balanced plan; "
           f"HBM {HBM_BYTES_PER_S / 1e12:.0f} TB/s, {cu_write_bytes_per_clock():.1f} bytes per clock per CU):")
-    print("| H | D | mode, M x N | busiest: stages + fill units | fill | compute bound (no fill) MFMA / VALU | "
+    print("| H | D | mode, M x N | most units: stages + fill units | fill | compute bound (no fill) MFMA / VALU | "
           "fill written (busiest, at its share) | predicted MFMA-bound | VALU-bound | serialised | "
           "VALU-bound / compute bound | measured anchor (H=32 D=128, the design document's HIP kernel) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
