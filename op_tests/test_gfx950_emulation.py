@@ -36,13 +36,15 @@ PAD = 5  # out row stride = N + PAD: the padding must stay untouched
 
 
 def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, kmap=0,
-            logits_dtype=torch.float32, max_seqlen_k=0):
-    """The emulated launch's output: [M, W + PAD] NaN-poisoned, W = N or max_seqlen_k (compressed)."""
+            logits_dtype=torch.float32, max_seqlen_k=0, base_offset=0):
+    """The emulated launch's output: [M, W + PAD] NaN-poisoned, W = N or max_seqlen_k (compressed),
+    starting base_offset elements into its NaN-poisoned storage (a view off 16 bytes)."""
     lib = hostlib.load()
     M, H, D = q.shape
     N = kv.shape[0]
     width = max_seqlen_k if max_seqlen_k > 0 else N
-    out = torch.full((M, width + PAD), float("nan"), dtype=logits_dtype)
+    storage = torch.full((base_offset + M * (width + PAD),), float("nan"), dtype=logits_dtype)
+    out = storage[base_offset:].view(M, width + PAD)
     plan = (ctypes.c_int32 * 8)()
     P = hostlib.ptr
     rc = lib.gfx950_emulate(
@@ -51,7 +53,9 @@ def emulate(q, kv, scales, w, ks, ke, clean, fixed_grid_splits=0, num_cus=256, k
         out.data_ptr(), M, N, H, D, w.stride(0), out.stride(0), int(clean), fixed_grid_splits, num_cus,
         kmap, int(logits_dtype == torch.bfloat16), max_seqlen_k, plan,
     )
+    assert rc != -2, "a 16-byte fill store was off 16 bytes or partly past its resource's end"
     assert rc >= 0, "emulator rejected its arguments"
+    assert torch.isnan(storage[:base_offset].float()).all(), "wrote before the output"
     keys = ("small", "balanced", "grid_x", "grid_y", "fixed_grid_splits")
     return out, dict(zip(keys, plan[:5]))
 
@@ -185,6 +189,26 @@ def test_every_head_shape(H, D, logits_dtype, layout, M, N, splits, clean):
         assert torch.equal(out[:, :width][both], f32[:, :width].to(torch.bfloat16)[both]), f"{tag}: not the RNE of f32"
 
 
+# The -inf fill's 16-byte chunks follow each row's address: an output that starts off 16 bytes
+# (a view one or three elements in), with the padded stride that gives the rows every phase, puts
+# partial chunks at both ends of both parts of a row; the window modes move the parts' ends.
+@pytest.mark.parametrize("base_offset", [1, 3])
+@pytest.mark.parametrize("logits_dtype,layout", FORMATS_ALL, ids=["f32", "bf16", "compressed", "compressed-bf16"])
+@pytest.mark.parametrize("mode", ["multi_req", "misaligned", "random", "past_end"])
+@pytest.mark.parametrize("H", [16, 32])
+def test_fill_off_16_bytes(H, mode, logits_dtype, layout, base_offset):
+    M, N = 150, 261
+    q, kv, scales, w = make_inputs(M, N, H, 128, seed=H + base_offset)
+    ks, ke = make_windows(mode, M, N, generator=torch.Generator().manual_seed(base_offset))
+    longest = int((ke.clamp(0, N) - ks.clamp(0, N)).clamp_min(0).max())
+    width = longest + 11 if layout == "compressed" else N
+    out, plan = emulate(q, kv, scales, w, ks, ke, True, logits_dtype=logits_dtype,
+                        max_seqlen_k=width if layout == "compressed" else 0, base_offset=base_offset)
+    ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=True)
+    tag = f"M={M} N={N} H={H} {mode} {logits_dtype} {layout} base_offset={base_offset} plan={plan}"
+    check_options(out, ref, ks, ke, N, True, logits_dtype, width, tag)
+
+
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
 @pytest.mark.parametrize("mode", WINDOW_MODES + ("random",))
 @pytest.mark.parametrize("D", [128, 64])
@@ -267,6 +291,22 @@ def test_balanced_many_segments(mode, num_cus):
     run_case(160, 180, 64, mode, False, num_cus=num_cus)
 
 
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("mode", ["multi_req", "misaligned"])
+@pytest.mark.parametrize("H,D", SHAPE_CASES, ids=[f"h{h}-d{d}" for h, d in SHAPE_CASES])
+def test_fill_between_stages(H, D, mode, logits_dtype):
+    """Rows far wider than a fill unit and few workgroups: each segment holds several stages and
+    several fill units, which the kernel writes between its stages (fill_between_stages) or in the
+    fill pass (H = 16 with two key groups); the -inf pattern and values stay exact."""
+    M, N, num_cus = 150, 1800, 3
+    q, kv, scales, w = make_inputs(M, N, H, D, seed=H + D)
+    ks, ke = make_windows(mode, M, N)
+    out, plan = emulate(q, kv, scales, w, ks, ke, True, num_cus=num_cus, logits_dtype=logits_dtype)
+    ref = reference_logits(q, kv, scales, w, ks, ke, clean_logits=True)
+    tag = f"M={M} N={N} H={H} D={D} {mode} {logits_dtype} cus={num_cus} plan={plan}"
+    check_options(out, ref, ks, ke, N, True, logits_dtype, N, tag)
+
+
 @pytest.mark.parametrize("kmap", [0, 1])
 def test_independent_of_hardware_k_order(kmap):
     """A and B fragments share one head_dim permutation, so the MFMA's internal k order is free."""
@@ -303,7 +343,7 @@ def test_empty_rows_cost_nothing(mode):
     ks, ke = make_windows(mode, M, N)
     units, segs = (ctypes.c_int32 * 256)(), (ctypes.c_int32 * 256)()
     compacted = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                         M, N, H, 128, 0, 256, units, segs)
+                                         M, N, H, 128, 0, 256, units, segs, None)
     natural = natural_block_units(ks, ke, M, N, H, clean=False)
     live = ks.clamp(0, N) < ke.clamp(0, N)
     live_only = natural_block_units(ks[live], ke[live], int(live.sum()), N, H, clean=False)

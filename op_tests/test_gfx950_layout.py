@@ -239,3 +239,175 @@ def test_hand_placed_vmcnt_waits(heads, small, head_dim):
                 continue  # drained by the vmcnt(0) after the Q/w loads
             assert a >= N, f"stage {i}: only {a} ops after its loads, wait vmcnt({N}) would not retire them"
             assert a == N, f"stage {i}: wait is looser than needed ({a} ops after, vmcnt({N}))"
+
+
+def fill_row_chunks(lib, left_end, right_begin, row_end, phase, element_bytes):
+    """[(part, chunk, first column, whole)] of a row's fill positions, in order."""
+    out = (ctypes.c_int32 * 4)()
+    rows = []
+    for p in range(lib.gfx950_fill_chunks(left_end, right_begin, row_end, phase, element_bytes)):
+        lib.gfx950_fill_position(left_end, right_begin, row_end, phase, element_bytes, p, out)
+        assert out[0] >= 0, f"position {p} in no part"
+        rows.append(tuple(out[:4]))
+    return rows
+
+
+ROW_ENDS = [1, 2, 3, 5, 8, 9, 16, 17, 23, 40]
+
+
+@pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
+def test_fill_chunks_cover_the_fill_columns(element_bytes):
+    """A row's fill chunks (layout.h): every -inf column in exactly one chunk, chunks in increasing
+    order, a whole chunk on 16 bytes with every column -inf and inside the row, a partial one only
+    at a part's ends; nothing of the computed columns or past the row. Both parts, either part,
+    every phase of the row's start within its 16-byte chunk."""
+    lib = hostlib.load()
+    per_chunk = 16 // element_bytes
+    for phase, row_end in itertools.product(range(per_chunk), ROW_ENDS):
+        for left_end in sorted({0, 1, min(3, row_end), row_end // 2, row_end}):
+            gaps = [row_end - left_end] if left_end == 0 else [per_chunk, per_chunk + 1, 2 * per_chunk + 3]
+            for right_begin in sorted({min(row_end, left_end + g) for g in gaps} | ({0, row_end} if left_end == 0 else set())):
+                if left_end and right_begin < row_end and right_begin - left_end < per_chunk:
+                    continue  # the kernel's parts are a stage apart when both are present
+                fill = {c for c in range(row_end) if c < left_end or c >= right_begin}
+                seen, chunks = [], []
+                for part, chunk, first, whole in fill_row_chunks(lib, left_end, right_begin, row_end, phase,
+                                                                 element_bytes):
+                    cols = set(range(first, first + per_chunk))
+                    assert first == chunk * per_chunk - phase
+                    if whole:
+                        assert cols <= fill, f"whole chunk {chunk} holds a column that is not -inf"
+                        assert (first + phase) % per_chunk == 0
+                    else:
+                        assert cols & fill and not cols <= fill, f"chunk {chunk} called partial"
+                    chunks.append(chunk)
+                    seen.extend(sorted(cols & fill))
+                tag = f"phase {phase} row_end {row_end} parts [0, {left_end}) [{right_begin}, {row_end})"
+                assert chunks == sorted(set(chunks)), tag
+                assert sorted(seen) == sorted(fill) and len(seen) == len(fill), tag
+
+
+def test_partial_chunks_are_a_runs_partial_ends():
+    """partial_chunks: of a run [begin, end) of a part's chunks, exactly those not whole (at most
+    its first and last; a one-chunk run once), for parts of every length and phase (V = 4)."""
+    lib = hostlib.load()
+    out = (ctypes.c_int32 * 2)()
+    V = 4
+    for phase, first_column, length in itertools.product(range(V), range(V), range(1, 3 * V + 2)):
+        columns = range(first_column, first_column + length)
+        chunks = range((columns.start + phase) // V, (columns.stop - 1 + phase) // V + 1)
+        whole = {c for c in chunks if set(range(c * V - phase, c * V - phase + V)) <= set(columns)}
+        whole_begin, whole_end = (columns.start + phase + V - 1) // V, (columns.stop + phase) // V
+        assert whole == set(range(whole_begin, whole_end))
+        for begin, end in itertools.combinations(range(chunks.start, chunks.stop + 1), 2):
+            lib.gfx950_partial_chunks(begin, end, whole_begin, whole_end, out)
+            assert {c for c in out[:2] if c >= 0} == {c for c in range(begin, end) if c not in whole}
+            assert out[0] != out[1] or out[0] < 0
+
+
+@pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_fill_units_split_each_row(heads, small, head_dim, element_bytes):
+    """Fill unit u is positions [u P, (u + 1) P) of each row (P = fill_cols / chunk elements), the
+    last unit to the row's end: the units of a block partition every row's fill chunks, none is
+    empty, and its rows are whole waves of threads in whole rounds."""
+    lib = hostlib.load()
+    g = hostlib.geometry(heads, small, head_dim)
+    per_chunk = 16 // element_bytes
+    out = (ctypes.c_int32 * 3)()
+    for fill_keys in (1, g["fill_cols"] - 1, g["fill_cols"], g["fill_cols"] + 1, 5 * g["fill_cols"] + 7):
+        units = -(-fill_keys // g["fill_cols"])
+        for extra in range(5):  # a row's chunks: at least fill_keys / V, up to four more
+            row_chunks = -(-fill_keys // per_chunk) + extra
+            covered = []
+            for u in range(units):
+                lib.gfx950_unit_positions(heads, int(small), head_dim, element_bytes, u, units, row_chunks, out)
+                assert out[0] < out[1], f"unit {u} of {units} is empty"
+                covered.extend(range(out[0], out[1]))
+            assert covered == list(range(row_chunks))
+    row_threads = out[2]
+    assert row_threads % LANES == 0 and (LANES * WAVES) % row_threads == 0
+    assert g["block_rows"] % (LANES * WAVES // row_threads) == 0
+    # Writing the fill between stages is left out only where the stage loops had no registers for it.
+    assert g["fill_between_stages"] == (not (heads == 16 and g["key_groups"] == 2))
+
+
+def block_parts(lib, overhead, compute, fill, u_begin, u_end):
+    out = (ctypes.c_int32 * 4)()
+    lib.gfx950_block_parts(overhead, compute, fill, u_begin, u_end, out)
+    return tuple(out)
+
+
+def test_block_units_interleave_stages_and_fill():
+    """A block's units (cost_model.h): the start overhead, then stages and fill units interleaved.
+    Consecutive unit ranges partition the stages and the fill units in order; any range holds them
+    in the block's ratio (within one unit of each); the first body unit is a fill unit, the last a
+    stage (when the block has both)."""
+    lib = hostlib.load()
+    for overhead, compute, fill in itertools.product((0, 2), (0, 1, 3, 7, 40), (0, 1, 2, 5, 17)):
+        if compute == 0 and overhead:
+            continue  # a block without stages has no start overhead
+        total = overhead + compute + fill
+        for cuts in ([0, total], list(range(total + 1)), [0, total // 3, total // 2, total]):
+            tiles, fills = [], []
+            for a, b in zip(cuts, cuts[1:]):
+                t0, t1, f0, f1 = block_parts(lib, overhead, compute, fill, a, b)
+                tiles.extend(range(t0, t1))
+                fills.extend(range(f0, f1))
+                body = max(0, b - max(a, overhead))
+                if compute + fill and body:
+                    assert abs((t1 - t0) * (compute + fill) - body * compute) <= compute + fill
+            assert tiles == list(range(compute)) and fills == list(range(fill))
+        if compute and fill:
+            assert block_parts(lib, overhead, compute, fill, overhead, overhead + 1)[2:] == (0, 1)
+            assert block_parts(lib, overhead, compute, fill, total - 1, total)[:2] == (compute - 1, compute)
+
+
+def fill_schedule(lib, stage_begin, stage_end, fill_begin, fill_end, stage):
+    out = (ctypes.c_int32 * 2)()
+    lib.gfx950_fill_schedule(stage_begin, stage_end, fill_begin, fill_end, stage, out)
+    return out[0], out[1]
+
+
+def test_fill_schedule_spreads_the_fill_over_the_stages():
+    """FillSchedule (plan.h): fill unit k of F goes before stage k S / F of S; every one before the
+    last stage; the stage loop breaks exactly where more become due."""
+    lib = hostlib.load()
+    for stages, fills, begin, fill_begin in itertools.product((1, 2, 3, 8, 41), (0, 1, 2, 3, 8, 100), (0, 5), (0, 9)):
+        end, fill_end = begin + stages, fill_begin + fills
+        expected = [min(fills, -(-(r + 1) * fills // stages)) for r in range(stages)]
+        got = [fill_schedule(lib, begin, end, fill_begin, fill_end, begin + r) for r in range(stages)]
+        assert [due - fill_begin for due, _ in got] == expected
+        assert got[-1][0] == fill_end  # all due before the last stage
+        for r, (due, nxt) in enumerate(got):
+            later = [q for q in range(r + 1, stages) if expected[q] > expected[r]]
+            assert nxt == begin + (later[0] if later else stages)
+
+
+@pytest.mark.parametrize("element_bytes", [4, 2], ids=["f32", "bf16"])
+@pytest.mark.parametrize("heads,small,head_dim", VARIANTS, ids=IDS)
+def test_fill_between_stages_keeps_the_waits_safe(heads, small, head_dim, element_bytes):
+    """The fill's stores between a segment's stages count in vmcnt like the loop's own (gfx9 has one
+    counter): the hand-placed wait of a stage then sees more ops after its loads than it assumes,
+    so it waits for them too (later, never early). No wait may see fewer."""
+    g = hostlib.geometry(heads, small, head_dim)
+    D, L, T, N = g["prefetch_stages"], g["loads_per_stage"], g["stores_per_stage"], g["vmcnt_wait"]
+    unit_stores = g["fill_cols"] * g["block_rows"] * element_bytes // (16 * LANES * WAVES)  # 16-byte stores a wave
+    lib = hostlib.load()
+    for stages, fills in ((1, 3), (5, 2), (9, 9), (40, 17), (3, 40)):
+        ops, last_load, filled, after = [], {}, 0, []
+        for i in range(D):
+            ops.extend(["load"] * L)
+            last_load[i] = len(ops) - 1
+        drained = len(ops)  # the vmcnt(0) after the Q/w loads
+        for i in range(stages):
+            due, _ = fill_schedule(lib, 0, stages, 0, fills, i)
+            ops.extend(["fill"] * (unit_stores * (due - filled)))
+            filled = due
+            if last_load[i] >= drained:
+                after.append(len(ops) - 1 - last_load[i])
+            ops.extend(["load"] * L)
+            last_load[i + D] = len(ops) - 1
+            ops.extend(["store"] * T)
+        assert filled == fills
+        assert all(a >= N for a in after), f"a wait retires its stage's loads early: {after} < {N}"

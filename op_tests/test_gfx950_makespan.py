@@ -4,7 +4,7 @@ Default: the balanced plan (one workgroup per CU, the device splits the real uni
 with empty windows compacted away). Caller's fixed_grid_splits (the API's split_n) or M beyond the
 plan: the fixed grid (blocks, splits) with the splits from the makespan model (list scheduling of a
 single causal request).
-Costs are in stage units (one 64-key x 1024-column stage, or one 64 KiB -inf fill unit) plus
+Costs are in stage units (one 64-key x 1024-column stage, or one 32 KiB -inf fill unit) plus
 kSegmentOverheadStages per workgroup segment; these are models, not measurements.
 """
 
@@ -77,7 +77,7 @@ def balanced(ks, ke, M, N, H, clean, D=128):
     lib = hostlib.load()
     units, segs = (ctypes.c_int32 * CUS)(), (ctypes.c_int32 * CUS)()
     total = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                     M, N, H, D, int(clean), CUS, units, segs)
+                                     M, N, H, D, int(clean), CUS, units, segs, None)
     assert total >= 0
     return total, list(units), list(segs)
 

@@ -1,6 +1,8 @@
 """The gfx950 performance model's arithmetic (dev/isa/gfx950_model.py; a model, not a measurement):
-its three bounds per stage, the µs of a row, the busiest workgroup's units from the emulation's
-balanced plan, and the clean-loop pick on the kernel's real assembly when clang-22 is here."""
+its three bounds per stage, the µs of a row, the fill term (a unit's stores, VALU and bytes; a
+workgroup with its fill between or after its stages), the workgroups' stages and fill units from the
+emulation's balanced plan, and the clean-loop and fill-loop picks on the kernel's real assembly when
+clang-22 is here."""
 
 from __future__ import annotations
 
@@ -35,9 +37,61 @@ def test_busiest_units_is_a_share_of_the_plan():
     ks, ke = make_windows("causal", 1024, 8192)
     per_wg, segs = (ctypes.c_int32 * model.NUM_CUS)(), (ctypes.c_int32 * model.NUM_CUS)()
     total = hostlib.load().gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
-                                                1024, 8192, 32, 128, 1, model.NUM_CUS, per_wg, segs)
+                                                1024, 8192, 32, 128, 1, model.NUM_CUS, per_wg, segs, None)
     assert units == max(per_wg) and 0 < units and units * model.NUM_CUS >= sum(per_wg)
     assert total >= sum(per_wg)  # the plan's total also counts the virtual start-up units
+
+
+@pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
+@pytest.mark.parametrize("heads,small,head_dim", [(32, False, 128), (16, False, 128), (64, True, 64)])
+def test_fill_unit_of_a_variant(heads, small, head_dim):
+    """A unit's bytes are its block_rows x fill_cols elements; the rows a wave takes: one wave per
+    row (8 rows at once), two where a block has 4; 16-byte stores, a row's chunks by its waves: 8 KiB
+    a round of one per wave where a row has a wave's worth of chunks, else one store per row."""
+    g = hostlib.geometry(heads, small, head_dim)
+    for element_bytes in (4, 2):
+        unit = model.fill_unit(g, element_bytes)
+        assert unit.bytes == g["block_rows"] * g["fill_cols"] * element_bytes
+        assert unit.rows_per_wave == (1 if g["block_rows"] < 8 else g["block_rows"] // 8)
+        row_chunks = g["fill_cols"] * element_bytes // 16
+        if row_chunks >= 64:
+            assert unit.stores_per_wave * 16 * 64 * 8 == unit.bytes
+        else:
+            assert unit.stores_per_wave == unit.rows_per_wave
+        assert unit.valu_per_wave() == (unit.rows_per_wave * model.FILL_VALU_PER_ROW +
+                                        unit.stores_per_wave * model.FILL_VALU_PER_STORE)
+
+
+def test_workgroup_cycles_with_the_fill_between_or_after_the_stages():
+    unit = model.FillUnit(bytes=65536, stores_per_wave=8, rows_per_wave=4)
+    share = model.cu_write_bytes_per_clock()
+    assert share == pytest.approx(8e12 / 256 / 2.4e9)  # 13.0 bytes per clock per CU
+    work = model.Work(stages=10, fill=3)
+    issue = 3 * 2 * unit.valu_per_wave() * 4
+    between = model.workgroup_cycles(work, 2312, unit, 8192, between=True)
+    after = model.workgroup_cycles(work, 2312, unit, 8192, between=False)
+    assert between == pytest.approx(max(10 * 2312 + issue, (10 * 8192 + 3 * 65536) / share))
+    assert after == pytest.approx(max(10 * 2312, 10 * 8192 / share) + max(issue, 3 * 65536 / share))
+    assert between < after
+    # The MFMA-bound column leaves the fill's VALU out; a workgroup without fill is its stages.
+    assert model.workgroup_cycles(work, 2048, unit, 8192, True, fill_valu=False) == pytest.approx(
+        max(10 * 2048, (10 * 8192 + 3 * 65536) / share))
+    assert model.workgroup_cycles(model.Work(10, 0), 2312, unit, 8192, True) == 10 * 2312
+    assert model.row_prediction([model.Work(10, 0), work], 2312, unit, 8192, True) == between
+
+
+@pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
+def test_plan_work_splits_each_workgroups_units():
+    from aiter.testing.mqa_logits import make_windows
+
+    work = model.plan_work("multi_req", 1024, 8192, 32)
+    ks, ke = make_windows("multi_req", 1024, 8192)
+    per_wg, segs = (ctypes.c_int32 * model.NUM_CUS)(), (ctypes.c_int32 * model.NUM_CUS)()
+    hostlib.load().gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32),
+                                        1024, 8192, 32, 128, 1, model.NUM_CUS, per_wg, segs, None)
+    assert [w.stages + w.fill for w in work] == list(per_wg)
+    assert sum(w.fill for w in work) > 0 and all(w.stages >= 0 for w in work)
+    assert all(w.fill == 0 for w in model.plan_work("multi_req", 1024, 8192, 32, clean=False))
 
 
 @pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
@@ -68,8 +122,29 @@ def test_clean_loop_of_the_real_kernel(tmp_path):
     # D = 64: one MFMA step per tile-step, so half the MFMAs of a stage; H = 16: D = 128's 16
     assert model.clean_loop(kernels[isa.kernel_name(32, 64)])[0].mfma == 8
     assert model.clean_loop(kernels[isa.kernel_name(16, 128)])[0].mfma == 16
+    # The fill's whole-chunk loop: FILL_VALU_PER_STORE VALU per 16-byte store, in every kernel.
+    for name in isa.KERNELS:
+        valu, stores = model.fill_run_loop(kernels[name])
+        assert stores > 0 and valu == model.FILL_VALU_PER_STORE * stores, name
     # The clean loop is the stage loop with the fewest VALU (no masks).
     for header, body in isa.stage_loops(kernels["fp8_mqa_logits_gfx950_h32"].blocks):
         valu = sum(isa.classify(i.op) in ("valu", "permlane") for b in body for i in
                    kernels["fp8_mqa_logits_gfx950_h32"].blocks[b].insts)
         assert valu >= counts.valu
+
+
+@pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++) for the emulation")
+def test_multi_request_fill_within_the_issues_goal():
+    """Issue 13's goal for the fill, in the model's own terms: multi_req 4096x32768 at H = 32
+    (clean, float32) predicted within 1.2x of the same plan without clean_logits, on the h32 clean
+    loop's VALU-bound stage (2312 cycles when this was written; CI's model run takes it from the
+    assembly). With the fill after the stages the same plan is far from it."""
+    g = hostlib.geometry(32, False, 128)
+    unit, stage_bytes = model.fill_unit(g), g["block_rows"] * g["stage_keys"] * 4
+    work = model.plan_work("multi_req", 4096, 32768, 32)
+    bound = model.row_prediction(model.plan_work("multi_req", 4096, 32768, 32, clean=False), 2312, unit,
+                                 stage_bytes, True)
+    between = model.row_prediction(work, 2312, unit, stage_bytes, True)
+    after = model.row_prediction(work, 2312, unit, stage_bytes, False)
+    assert g["fill_between_stages"]
+    assert between <= 1.2 * bound < after

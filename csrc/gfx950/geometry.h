@@ -73,6 +73,7 @@ struct Geometry {
   int fill_cols;         // columns of one -inf fill unit
   int plan_rows;         // rows the balanced plan can hold
   int plan_blocks;
+  bool fill_between_stages;  // a computing segment writes its fill units between its stages
 };
 
 GFX950_FN Geometry geometry_of(int heads, bool small, int head_dim) {
@@ -105,6 +106,10 @@ GFX950_FN Geometry geometry_of(int heads, bool small, int head_dim) {
   geometry.vmcnt_wait = geometry.prefetch_stages * geometry.stores_per_stage +
                         (geometry.prefetch_stages - 1) * geometry.loads_per_stage;
   geometry.fill_cols = kFillUnitElems / geometry.block_rows;
+  // Not at H = 16 with two key groups (small-M path at D = 128, main path at D = 64): their stage
+  // loops take all 256 VGPRs and SGPRs, and cutting them into runs between fill units spilled to
+  // scratch (ISA check); their segments write the fill after the stages, in the fill pass.
+  geometry.fill_between_stages = !(geometry.rows_per_tile > 1 && geometry.key_groups == 2);
   geometry.plan_rows = small ? kSmallMaxRows : kPlanMaxRows;
   geometry.plan_blocks = geometry.plan_rows / geometry.block_rows;
   return geometry;

@@ -48,8 +48,10 @@
 //   with neutral scales), then the scalar epilogue (epilogue.h).
 // - Stages that every row of the block covers run without compare/select; boundary stages mask.
 //   With clean_logits the kernel writes -inf itself: masked stages store it, and the columns
-//   outside a block's stages are -inf fill units (fill.h).
-// - Work = units per block (cost_model.h), split evenly over the workgroups (plan.h).
+//   outside a block's stages are -inf fill units (fill.h), written between the stages of the
+//   segment that holds them (fill_between_stages, geometry.h).
+// - Work = units per block (cost_model.h; its stages and fill units interleaved), split evenly
+//   over the workgroups (plan.h).
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>
@@ -301,9 +303,18 @@ struct Fp8MqaLogitsGfx950 {
     }
   }
 
-  // Compute stages [stage_begin, stage_end) of a block.
-  __device__ void compute_stages(const BlockFacts& block, int stage_begin, int stage_end,
-                                 const RingLanes& ring_lanes, const StoreLanes& store_lanes) const {
+  // Compute stages [stage_begin, stage_end) of a block, and, where the variant does
+  // (fill_between_stages), its fill units [fill_begin, fill_end) between them (FillSchedule,
+  // plan.h): the stages run in pieces, each a masked head, clean run and masked tail cut to the
+  // piece, and the fill units due come before each piece, so their stores drain while the next
+  // stages compute. Across a piece's end only the rows, the carry and the ring slot are live, so
+  // the fill's registers come from the loop's temporaries. Its stores count in vmcnt as the loop's
+  // do (gfx9 has one counter): the hand-placed waits of the next prefetch_stages iterations wait
+  // for that many more ops, later, never early (test_gfx950_layout); for those iterations the ring
+  // is in effect shallower by less than a stage per unit (a float unit is 4 stores per wave, a
+  // stage 6-11 VMEM ops). The compressed layout has no fill units, so its runs are not cut.
+  __device__ void compute_stages(const BlockFacts& block, int stage_begin, int stage_end, int fill_begin,
+                                 int fill_end, const RingLanes& ring_lanes, const StoreLanes& store_lanes) const {
 #pragma unroll
     for (int d = 0; d < kPrefetchDepth; ++d)
       pipeline.issue_prologue(pipeline.stage_load(block.first_key, stage_begin + d, stage_end, d),
@@ -322,36 +333,59 @@ struct Fp8MqaLogitsGfx950 {
     carry.live = false;
     const StageRange clean = clean_stages(block, kStageKeys, stage_begin, stage_end);
     int read_slot = 0;  // slot of stage i; stage i + D goes to the slot read last iteration
-    stage_loop<true>(block, stage_begin, clean.begin, stage_end, read_slot, rows, ring_lanes,
-                     store_lanes, carry);
-    stage_loop<false>(block, clean.begin, clean.end, stage_end, read_slot, rows, ring_lanes,
-                      store_lanes, carry);
-    stage_loop<true>(block, clean.end, stage_end, stage_end, read_slot, rows, ring_lanes,
-                     store_lanes, carry);
+    if constexpr (kCompressed || !V::kGeometry.fill_between_stages) {
+      stage_loop<true>(block, stage_begin, clean.begin, stage_end, read_slot, rows, ring_lanes,
+                       store_lanes, carry);
+      stage_loop<false>(block, clean.begin, clean.end, stage_end, read_slot, rows, ring_lanes,
+                        store_lanes, carry);
+      stage_loop<true>(block, clean.end, stage_end, stage_end, read_slot, rows, ring_lanes,
+                       store_lanes, carry);
+    } else {
+      const FillSchedule fill{stage_begin, stage_end, fill_begin, fill_end};
+      int filled = fill_begin;
+      for (int i = stage_begin; i < stage_end;) {
+        const int due = fill.due_before(i);
+        if (filled < due) fill_neg_inf<V, Element>(wg, block.fill(), filled, due);
+        filled = due;
+        const int next = fill.next_break(i);
+        stage_loop<true>(block, i, min(next, clean.begin), stage_end, read_slot, rows, ring_lanes,
+                         store_lanes, carry);
+        stage_loop<false>(block, max(i, clean.begin), min(next, clean.end), stage_end, read_slot, rows,
+                          ring_lanes, store_lanes, carry);
+        stage_loop<true>(block, max(i, clean.end), next, stage_end, read_slot, rows, ring_lanes,
+                         store_lanes, carry);
+        i = next;
+      }
+    }
     finish_last_stage(rows, store_lanes, carry);
     pipeline.drain();
   }
 
-  // Units [unit_begin, unit_end) of block b: its compute stages (COMPUTE) or its fill units.
+  // Units [unit_begin, unit_end) of block b: its compute stages, with the fill units between them
+  // where the variant does (COMPUTE), or the fill units that pass leaves (fill_between_stages:
+  // those of a segment without stages; else all).
   template <bool COMPUTE>
   __device__ void segment(int b, int unit_begin, int unit_end, bool balanced,
                           const RingLanes& ring_lanes, const StoreLanes& store_lanes) const {
     const BlockFacts block = setup_block(wg, b, balanced);
     const scheduler::SegmentParts parts = segment_parts(block, unit_begin, unit_end);
+    const bool computes = parts.tile_begin < parts.tile_end;
     if constexpr (COMPUTE) {
-      if (parts.tile_begin < parts.tile_end)
-        compute_stages(block, int(parts.tile_begin), int(parts.tile_end), ring_lanes, store_lanes);
+      if (computes)
+        compute_stages(block, int(parts.tile_begin), int(parts.tile_end), int(parts.fill_begin),
+                       int(parts.fill_end), ring_lanes, store_lanes);
       else
         sync_threads();
     } else {
-      if (parts.fill_begin < parts.fill_end)
-        fill_neg_inf<V, Element>(wg, block, int(parts.fill_begin), int(parts.fill_end));
+      if (parts.fill_begin < parts.fill_end && !(computes && V::kGeometry.fill_between_stages))
+        fill_neg_inf<V, Element>(wg, block.fill(), int(parts.fill_begin), int(parts.fill_end));
       sync_threads();
     }
   }
 
-  // The segments of this workgroup's units, one pass for the compute, one for the fill, so that
-  // each pass's code (the stage loops above all) exists once per kernel.
+  // The segments of this workgroup's units, one pass for the compute, one for the fill left, so
+  // that each pass's code (the stage loops above all) exists once per kernel and the fill-only
+  // segments stay out of the stage loops' live ranges.
   template <bool COMPUTE>
   __device__ void pass(bool balanced, int blocks, int fixed_block, UnitRange units,
                        const RingLanes& ring_lanes, const StoreLanes& store_lanes) const {

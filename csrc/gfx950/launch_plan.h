@@ -59,8 +59,8 @@ inline double fixed_grid_makespan(Geometry geometry, int64_t M, int64_t N, int s
       keys.add(scheduler::row_window(0, N - M + last_row, N));
       const scheduler::BlockPrice price = scheduler::price_block(model, keys.range());
       const scheduler::SegmentParts parts =
-          scheduler::segment_parts(price, scheduler::share_begin(price.total(), splits, y),
-                                   scheduler::share_begin(price.total(), splits, y + 1));
+          block_parts(price, scheduler::share_begin(price.total(), splits, y),
+                      scheduler::share_begin(price.total(), splits, y + 1));
       const int64_t tiles = parts.tile_end - parts.tile_begin;
       const double cost = double(tiles + (parts.fill_end - parts.fill_begin) +
                                  (tiles ? price.overhead : 0));

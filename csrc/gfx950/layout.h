@@ -131,6 +131,97 @@ GFX950_FN bool buffer_in_range(uint64_t offset, uint64_t bytes, uint64_t num_rec
 }
 
 // ------------------------------------------------------------------------------------------------
+// -inf fill in 16-byte chunks (fill.h). A row's -inf columns are two parts, [0, left_end) and
+// [right_begin, row_end) (full layout: left of the block's first key and right of its covered
+// keys; compressed tails: no left part, [keys, out_columns)). The row is cut into the 16-byte
+// chunks of memory: with E-byte elements, V = 16 / E per chunk and phase = (row address / E) % V,
+// chunk c holds columns [c V - phase, c V - phase + V) (chunk 0 starts before the row when the
+// row does not start on 16 bytes). A part's chunks are those holding one of its columns; the row's
+// fill positions number them, the left part's first. A whole chunk (all its columns in the part)
+// is one 16-byte store; the part's first and last chunks may be partial, and are stored element by
+// element, never touching a column outside the part: those are the compute's or another row's.
+// The two parts never share a chunk: both are non-empty only when the block computes, and then
+// right_begin - left_end is at least a stage (64 keys).
+// ------------------------------------------------------------------------------------------------
+struct FillRow {
+  int left_end, right_begin, row_end;
+  int phase;  // the row's first column within its 16-byte chunk, in elements
+};
+struct ColumnRange {  // columns, or chunks, [begin, end); empty when end <= begin
+  int begin, end;
+};
+GFX950_FN int chunk_elements(int element_bytes) { return kChunkBytes / element_bytes; }
+GFX950_FN int chunk_phase(uint64_t row_address, int element_bytes) {
+  return int(row_address / uint64_t(element_bytes) % uint64_t(chunk_elements(element_bytes)));
+}
+GFX950_FN int chunk_of_column(int column, int phase, int per_chunk) { return (column + phase) / per_chunk; }
+GFX950_FN int chunk_first_column(int chunk, int phase, int per_chunk) { return chunk * per_chunk - phase; }
+// Part 0 (left) or 1 (right) of the row, in columns.
+GFX950_FN ColumnRange fill_part(FillRow row, int part) {
+  return part == 0 ? ColumnRange{0, row.left_end} : ColumnRange{row.right_begin, row.row_end};
+}
+// The chunks holding a column of `columns`, and those whose every column is in it.
+GFX950_FN ColumnRange part_chunks(ColumnRange columns, int phase, int per_chunk) {
+  return columns.begin < columns.end
+             ? ColumnRange{chunk_of_column(columns.begin, phase, per_chunk),
+                           chunk_of_column(columns.end - 1, phase, per_chunk) + 1}
+             : ColumnRange{0, 0};
+}
+GFX950_FN ColumnRange whole_chunks(ColumnRange columns, int phase, int per_chunk) {
+  return ColumnRange{(columns.begin + phase + per_chunk - 1) / per_chunk, (columns.end + phase) / per_chunk};
+}
+GFX950_FN int part_chunk_count(FillRow row, int part, int per_chunk) {
+  const ColumnRange chunks = part_chunks(fill_part(row, part), row.phase, per_chunk);
+  return chunks.end > chunks.begin ? chunks.end - chunks.begin : 0;
+}
+GFX950_FN int fill_chunks(FillRow row, int per_chunk) {
+  return part_chunk_count(row, 0, per_chunk) + part_chunk_count(row, 1, per_chunk);
+}
+// The chunks of part `part` among the row's fill positions [first, end).
+GFX950_FN ColumnRange positions_in_part(FillRow row, int per_chunk, int part, int first, int end) {
+  const int left = part_chunk_count(row, 0, per_chunk);
+  const int from = part == 0 ? 0 : left;
+  const int to = part == 0 ? left : left + part_chunk_count(row, 1, per_chunk);
+  const int begin = first > from ? first : from, stop = end < to ? end : to;
+  if (stop <= begin) return ColumnRange{0, 0};
+  const int base = part_chunks(fill_part(row, part), row.phase, per_chunk).begin - from;
+  return ColumnRange{base + begin, base + stop};
+}
+// The partial chunks among `chunks` (a run of a part's chunks): its first when that is the
+// part's partial first chunk, its last when that is the part's partial last one (and not the
+// same chunk); -1 for none.
+struct PartialChunks {
+  int head, tail;
+};
+GFX950_FN PartialChunks partial_chunks(ColumnRange chunks, ColumnRange whole) {
+  if (chunks.end <= chunks.begin) return PartialChunks{-1, -1};
+  const int head = chunks.begin < whole.begin ? chunks.begin : -1;
+  const int last = chunks.end - 1;
+  return PartialChunks{head, last >= whole.end && last != head ? last : -1};
+}
+GFX950_FN bool column_in(ColumnRange columns, int column) {
+  return column >= columns.begin && column < columns.end;
+}
+// Fill unit u of a block covers the fill positions [u P, (u + 1) P) of each of its rows, P =
+// fill_cols / V; the block's last unit also takes those past its fill_units x P (a row may have up
+// to four more chunks than fill columns / V: the partial ones at its parts' ends).
+GFX950_FN int unit_positions(Geometry geometry, int element_bytes) {
+  return geometry.fill_cols / chunk_elements(element_bytes);
+}
+// Threads on one row of a fill unit: whole waves, so that the row's resources stay wave-uniform;
+// one wave per row, two where a block has fewer rows than the workgroup has waves.
+GFX950_FN int fill_row_threads(Geometry geometry) {
+  return kLanes * (geometry.block_rows < kWaves ? kWaves / geometry.block_rows : 1);
+}
+GFX950_FN ColumnRange unit_position_range(Geometry geometry, int element_bytes, int unit, int fill_units,
+                                          int row_chunks) {
+  const int per_unit = unit_positions(geometry, element_bytes);
+  const int end = unit + 1 == fill_units ? row_chunks
+                                         : ((unit + 1) * per_unit < row_chunks ? (unit + 1) * per_unit : row_chunks);
+  return ColumnRange{unit * per_unit, end};
+}
+
+// ------------------------------------------------------------------------------------------------
 // LDS carve-up of one variant (byte offsets from the workgroup's LDS base):
 //   ring                   slots x slot_bytes: the K stages (above)
 //   row_windows            int2 (begin, end) per row while the balanced plan is built; aliases the

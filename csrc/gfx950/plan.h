@@ -150,6 +150,12 @@ GFX950_HD inline BlockBounds block_bounds(int block_rows, int num_keys, RowAt ro
   return bounds;
 }
 
+// What the -inf fill of a block needs (fill.h): its rows' parts [0, first_key) and
+// [covered_end, N), and its number of fill units.
+struct FillFacts {
+  int first_key, covered_end, fill_units;
+};
+
 // What every thread knows of the block of a segment (uniform): the scheduler's tile span and price
 // of the block's union, cast to the kernel's 32-bit ints where they are computed (keys are below
 // 2^25, units below 2^31), and the clean-stage bounds.
@@ -168,6 +174,7 @@ struct BlockFacts {
     return scheduler::BlockPrice{overhead, stages, fill_units};
   }
   GFX950_HD int units() const { return overhead + stages + fill_units; }
+  GFX950_HD FillFacts fill() const { return FillFacts{first_key, covered_end, fill_units}; }
 };
 GFX950_HD inline BlockFacts block_facts(Geometry geometry, int num_keys, bool clean,
                                         scheduler::KeyRange keys, int max_begin, int min_end) {
@@ -219,11 +226,34 @@ GFX950_HD inline UnitRange unit_share(int total, int parts, int part) {
   return UnitRange{int(scheduler::share_begin(total, parts, part)),
                    int(scheduler::share_begin(total, parts, part + 1))};
 }
-// The stages and fill units of a block's units [unit_begin, unit_end).
+// The stages and fill units of a block's units [unit_begin, unit_end) (cost_model.h's order).
 GFX950_HD inline scheduler::SegmentParts segment_parts(const BlockFacts& block, int unit_begin,
                                                        int unit_end) {
-  return scheduler::segment_parts(block.price(), unit_begin, unit_end);
+  return block_parts(block.price(), unit_begin, unit_end);
 }
+
+// When a segment with stages writes its fill units (geometry.fill_between_stages): spread evenly
+// over its stages, fill unit k of its F before stage k S / F (of its S, rounded down), so the
+// first goes before the first stage and every one before the last. The kernel cuts the segment's
+// stage runs at those points (kernel.h).
+struct FillSchedule {
+  int stage_begin, stage_end;  // the segment's stages
+  int fill_begin, fill_end;    // its fill units
+  // Fill units due before stage `stage` (in [stage_begin, stage_end]): those k with
+  // k S / F <= stage - stage_begin, i.e. k S < (stage - stage_begin + 1) F; all of them at the end.
+  GFX950_HD int due_before(int stage) const {
+    const int64_t stages = stage_end - stage_begin, fills = fill_end - fill_begin;
+    if (stage >= stage_end || stages == 0) return fill_end;
+    const int64_t due = ((stage - stage_begin + 1) * fills + stages - 1) / stages;
+    return fill_begin + int(due < fills ? due : fills);
+  }
+  // The first stage after `stage` before which more fill units are due (stage_end: none).
+  GFX950_HD int next_break(int stage) const {
+    const int64_t stages = stage_end - stage_begin, fills = fill_end - fill_begin;
+    const int64_t next = due_before(stage) - fill_begin;
+    return next < fills ? stage_begin + int(next * stages / fills) : stage_end;
+  }
+};
 // Fixed grid: the block workgroup x takes.
 GFX950_FN int fixed_grid_block(int blocks, int x, bool reverse) {
   return reverse ? blocks - 1 - x : x;

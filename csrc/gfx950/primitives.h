@@ -31,6 +31,10 @@ __device__ void buffer_store_f32(float v, v4i rsrc, uint32_t voffset, int soffse
 __device__ void buffer_store_b16(short v, v4i rsrc, uint32_t voffset, int soffset,
                                  int aux) __asm("llvm.amdgcn.raw.buffer.store.i16");
 
+// The same for 16 bytes (buffer_store_dwordx4): a whole 16-byte chunk of -inf fill (fill.h).
+__device__ void buffer_store_b128(v4i v, v4i rsrc, uint32_t voffset, int soffset,
+                                  int aux) __asm("llvm.amdgcn.raw.buffer.store.v4i32");
+
 // One logit as the output's element: float as is, bfloat16 rounded to nearest even (one
 // v_cvt_pk_bf16_f32 on gfx950; -inf stays -inf).
 template <typename Element>

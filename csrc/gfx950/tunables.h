@@ -46,10 +46,15 @@ constexpr int kRowGroupsHeadDim = 128;
 // K ring in LDS, 128 KiB at 16384 rows (the largest benchmark M). Above it the kernel falls back to
 // the fixed grid (blocks, fixed_grid_splits) with the splits from the makespan model.
 constexpr int kPlanMaxRows = 16384;
-// -inf fill work unit: 16384 elements (64 KiB of stores), costed like one compute stage (a 32-row
-// x 64-key stage takes ~2 us on MI355X by the design document's figures; 64 KiB per CU at a fair
-// share of ~6 TB/s write bandwidth takes about as long).
-constexpr int kFillUnitElems = 16384;
+// -inf fill work unit: 8192 elements (32 KiB of float32 stores), priced like one compute stage.
+// By the performance model (dev/isa/gfx950_model.py, a prediction) a clean H = 32 stage is 2312
+// VALU-bound cycles and a CU's share of 8 TB/s of HBM is 13 bytes a clock, so 32 KiB take 2517
+// cycles, about a stage. 64 KiB (the earlier unit, from the design document's ~2 us stage of its
+// own kernel at ~6 TB/s) wrote for 2.2 stage times per unit in the model, so a share rich in fill
+// units was the slowest: causal 8192x8192 h32 at 2.0x its compute bound (1.24x at 32 KiB), multi-
+// request 4096x32768 at 1.21x (1.17x). 16 KiB over-prices the fill (causal 8192x8192 1.48x). An
+// MI355X run decides between the model's stage and the measured one.
+constexpr int kFillUnitElems = 8192;
 // Fixed cost of a compute segment (Q/w loads of 128 KiB, pipeline fill and drain), in compute
 // stages: about two stage times by the latencies involved. It is the CostModel's start_overhead
 // (cost_model.h): every block with compute stages gets this many virtual units, so an even split

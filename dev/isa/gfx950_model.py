@@ -19,9 +19,28 @@ VALU instruction issues in 4 clocks. Per stage and SIMD (both waves):
   serialised  = waves x (valu x 4 + mfma x 64)  nothing overlaps
 llvm-mca's own figure is printed beside them as it reports it: issue cycles per iteration of one wave
 (one instruction per cycle), with the MFMA at its 8 passes and at 16; it is a cross-check of the
-issue count, not a clock figure. A row's predicted time is the busiest workgroup's units (its stages, and fill units, which the plan
-prices as a stage each) x the stage cycles / clock. Not modelled: barriers, memory waits, the LDS-DMA
-latency, clock droop under load.
+issue count, not a clock figure.
+
+The -inf fill (clean_logits) is priced by what it issues and what it writes. A fill unit is
+block_rows x fill_cols = kFillUnitElems elements (csrc/gfx950/tunables.h) written as 16-byte stores:
+a row's chunks of the unit by whole waves (unit bytes / 8 KiB stores per wave where a row has a
+wave's worth of chunks or more, one per row where it has fewer), each store with
+FILL_VALU_PER_STORE VALU, plus FILL_VALU_PER_ROW VALU for each row a wave takes (its resource and
+the -inf registers); both counted in the assembly (fill_run_loop checks the first, the first table
+prints it). Every CU writes at its share of HBM, HBM_BYTES_PER_S / 256 CUs (13.0 bytes per clock), the
+stages' logits (block_rows x stage_keys x 4 bytes a stage) and its fill alike. A workgroup with s
+stages and f fill units, at c cycles a stage, takes
+  fill written between its stages:  max(s c + f fill_issue, (s stage_bytes + f unit_bytes) / share)
+  fill after its stages:            max(s c, s stage_bytes / share) + max(f fill_issue, f unit_bytes / share)
+(fill_issue = 2 waves x the unit's VALU x 4 clocks, added to the VALU-bound and serialised columns,
+not to the MFMA-bound one), and a row's prediction is its busiest workgroup in the balanced plan of
+the host emulation (the kernel writes the fill between stages where geometry.fill_between_stages
+says so, else after them). The compute bound beside it is the same plan without clean_logits (no
+fill). The table also gives the workgroup with the most units and the most fill bytes at the
+CU's share.
+Not modelled: barriers, memory waits (the fill's stores also count in the loop's vmcnt waits),
+the LDS-DMA latency, the partial 16-byte chunks at a row part's ends, an HBM that delivers less than
+its peak or not evenly to every CU, clock droop under load.
 """
 
 from __future__ import annotations
@@ -41,6 +60,16 @@ NUM_CUS = 256
 WAVES_PER_SIMD = 2
 MFMA_CLOCKS = 16 * 4
 ISSUE_CLOCKS = 4
+WAVES_PER_WORKGROUP = 8
+LANES = 64
+CHUNK_BYTES = 16  # one buffer_store_dwordx4 lane
+HBM_BYTES_PER_S = 8.0e12  # MI355X's peak HBM3E bandwidth
+# VALU of the fill, counted in the assembly: the whole-chunk loop adds one v_add_u32 (the lane's
+# offset) per buffer_store_dwordx4; outside it, a row's part of a unit takes about 7 (the -inf
+# registers and the lane offset: v_mov). The partial-chunk path (about 12 more, at a part's ends
+# only) is left out.
+FILL_VALU_PER_STORE = 1
+FILL_VALU_PER_ROW = 7
 # Benchmark rows (mode, M, N) and H = 32 anchors on MI355X, µs: the design document's HIP kernel.
 ROWS = (("causal", 8192, 8192, 142.0), ("causal", 4096, 32768, 423.0), ("causal", 1024, 131072, 430.0),
         ("multi_req", 4096, 32768, 156.0))
@@ -72,6 +101,57 @@ def bounds(counts: StageCounts, waves: int = WAVES_PER_SIMD) -> Bounds:
 def predicted_us(units: int, stage_cycles: float, clock_ghz: float = CLOCK_GHZ) -> float:
     """A workgroup's `units` stages at `stage_cycles` each."""
     return units * stage_cycles / (clock_ghz * 1e3)
+
+
+def cycles_us(cycles: float, clock_ghz: float = CLOCK_GHZ) -> float:
+    return cycles / (clock_ghz * 1e3)
+
+
+def cu_write_bytes_per_clock(clock_ghz: float = CLOCK_GHZ) -> float:
+    """One CU's share of HBM: 8 TB/s over 256 CUs at 2.4 GHz, 13.0 bytes per clock."""
+    return HBM_BYTES_PER_S / NUM_CUS / (clock_ghz * 1e9)
+
+
+@dataclass
+class FillUnit:
+    bytes: int            # written by the workgroup
+    stores_per_wave: int  # buffer_store_dwordx4 each wave issues
+    rows_per_wave: int    # rows each wave takes (fill_row_threads, csrc/gfx950/layout.h)
+
+    def valu_per_wave(self) -> int:
+        return self.rows_per_wave * FILL_VALU_PER_ROW + self.stores_per_wave * FILL_VALU_PER_STORE
+
+
+def fill_unit(geometry: dict, element_bytes: int = 4) -> FillUnit:
+    """A variant's fill unit (geometry: hostlib.geometry's dict): a row's chunks of the unit by its
+    row threads (whole waves), so a row with fewer chunks than a wave has lanes still takes a store."""
+    rows = geometry["block_rows"]
+    unit_bytes = rows * geometry["fill_cols"] * element_bytes
+    row_threads = LANES * (WAVES_PER_WORKGROUP // rows if rows < WAVES_PER_WORKGROUP else 1)
+    rows_at_once = LANES * WAVES_PER_WORKGROUP // row_threads
+    row_chunks = geometry["fill_cols"] * element_bytes // CHUNK_BYTES
+    rows_per_wave = rows // rows_at_once
+    return FillUnit(bytes=unit_bytes, stores_per_wave=rows_per_wave * -(-row_chunks // row_threads),
+                    rows_per_wave=rows_per_wave)
+
+
+@dataclass
+class Work:
+    """One workgroup's share of the plan."""
+    stages: int
+    fill: int
+
+
+def workgroup_cycles(work: Work, stage_cycles: float, unit: FillUnit, stage_bytes: int, between: bool,
+                     fill_valu: bool = True) -> float:
+    """A workgroup's cycles (module docstring): its stages, and its fill units written between them
+    (`between`) or after them; fill_valu: the fill's VALU counts against the stage cycles' bound."""
+    compute = work.stages * stage_cycles
+    issue = work.fill * WAVES_PER_SIMD * unit.valu_per_wave() * ISSUE_CLOCKS if fill_valu else 0.0
+    share = cu_write_bytes_per_clock()
+    if between:
+        return max(compute + issue, (work.stages * stage_bytes + work.fill * unit.bytes) / share)
+    return max(compute, work.stages * stage_bytes / share) + max(issue, work.fill * unit.bytes / share)
 
 
 def clean_loop(kernel: isa.Kernel):
@@ -112,21 +192,55 @@ def mca_cycles(lines: list[str], mfma_twice: bool = True) -> float | None:
         return None
 
 
-def busiest_units(mode: str, M: int, N: int, H: int, clean: bool = True, D: int = 128) -> int:
-    """The busiest workgroup's units in the kernel's balanced plan (the host emulation's)."""
+def _hostlib():
     sys.path.insert(0, os.fspath(isa.Path(__file__).resolve().parents[2] / "op_tests"))
     from gfx950 import hostlib  # noqa: E402  (the test tree's build of the emulation)
 
+    return hostlib
+
+
+def plan_work(mode: str, M: int, N: int, H: int, clean: bool = True, D: int = 128) -> list[Work]:
+    """Every workgroup's stages and fill units in the kernel's balanced plan (the host emulation's)."""
     from aiter.testing.mqa_logits import make_windows
 
+    hostlib = _hostlib()
     lib = hostlib.load()
     ks, ke = make_windows(mode, M, N)
-    units, segments = (ctypes.c_int32 * NUM_CUS)(), (ctypes.c_int32 * NUM_CUS)()
+    units, segments, fill = [(ctypes.c_int32 * NUM_CUS)() for _ in range(3)]
     total = lib.gfx950_balanced_plan(hostlib.ptr(ks, ctypes.c_int32), hostlib.ptr(ke, ctypes.c_int32), M, N, H, D,
-                                     int(clean), NUM_CUS, units, segments)
+                                     int(clean), NUM_CUS, units, segments, fill)
     if total < 0:
         raise RuntimeError(f"no balanced plan for {mode} {M}x{N} H={H} D={D}")
-    return max(units)
+    return [Work(stages=u - f, fill=f) for u, f in zip(units, fill)]
+
+
+def busiest_units(mode: str, M: int, N: int, H: int, clean: bool = True, D: int = 128) -> int:
+    """The busiest workgroup's units (stages and fill units) in the kernel's balanced plan."""
+    return max(w.stages + w.fill for w in plan_work(mode, M, N, H, clean, D))
+
+
+def fill_run_loop(kernel: isa.Kernel) -> tuple[int, int] | None:
+    """(VALU, 16-byte stores) of the fill's whole-chunk loop, the innermost loop of
+    buffer_store_dwordx4 without MFMA; None when the kernel has none."""
+    best = None
+    loops = isa.natural_loops(kernel.blocks)
+    for header, body in loops.items():
+        if any(h != header and inner < body for h, inner in loops.items()):
+            continue
+        ops = [i.op for b in body for i in kernel.blocks[b].insts]
+        stores = ops.count("buffer_store_dwordx4")
+        if stores == 0 or isa.MFMA in ops:
+            continue
+        valu = sum(isa.classify(op) in ("valu", "permlane") for op in ops)
+        if best is None or valu * best[1] < best[0] * stores:
+            best = (valu, stores)
+    return best
+
+
+def row_prediction(work: list[Work], stage_cycles: float, unit: FillUnit, stage_bytes: int, between: bool,
+                   fill_valu: bool = True) -> float:
+    """The busiest workgroup's cycles."""
+    return max(workgroup_cycles(w, stage_cycles, unit, stage_bytes, between, fill_valu) for w in work)
 
 
 def main(argv=None) -> int:
@@ -148,8 +262,8 @@ def main(argv=None) -> int:
     print(f"{CLOCK_GHZ} GHz, {NUM_CUS} CUs, {WAVES_PER_SIMD} waves/SIMD, FP8 MFMA {MFMA_CLOCKS} clocks, "
           f"VALU {ISSUE_CLOCKS} clocks; cycles per stage per SIMD\n")
     print("| kernel | MFMA | VALU | SALU | LDS | VMEM | MFMA-bound | VALU-bound | serialised | "
-          "llvm-mca cycles/iter (8-pass, 16-pass) | VGPR+AGPR | LDS bytes |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "llvm-mca cycles/iter (8-pass, 16-pass) | VGPR+AGPR | LDS bytes | fill loop VALU / 16-byte stores |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     stage = {}
     for name in isa.KERNELS:
         if name not in kernels:
@@ -161,26 +275,43 @@ def main(argv=None) -> int:
         stage[name] = b
         mca_text = "-" if None in mca else f"{mca[0]:.0f}, {mca[1]:.0f}"
         meta = kernels[name].meta
+        run = fill_run_loop(kernels[name])
         print(f"| {name} | {counts.mfma} | {counts.valu} | {counts.salu} | {counts.lds} | {counts.vmem} | "
               f"{b.mfma:.0f} | {b.valu:.0f} | {b.serialised:.0f} | {mca_text} | "
-              f"{meta.get('vgpr_count', 0)}+{meta.get('agpr_count', 0)} | {meta.get('group_segment_fixed_size', 0)} |")
-    print("\nPredicted µs (busiest workgroup's units x cycles per stage; clean_logits; main path, float32):")
-    print("| H | D | mode, M x N | units | MFMA-bound | VALU-bound | serialised | measured anchor (H=32 D=128, "
-          "the design document's HIP kernel) |")
-    print("|---|---|---|---|---|---|---|---|")
+              f"{meta.get('vgpr_count', 0)}+{meta.get('agpr_count', 0)} | {meta.get('group_segment_fixed_size', 0)} | "
+              f"{'-' if run is None else f'{run[0]} / {run[1]}'} |")
+    print(f"\nPredicted µs (clean_logits; main path, float32; the busiest workgroup of the balanced plan; "
+          f"HBM {HBM_BYTES_PER_S / 1e12:.0f} TB/s, {cu_write_bytes_per_clock():.1f} bytes per clock per CU):")
+    print("| H | D | mode, M x N | most units: stages + fill units | fill | compute bound (no fill) MFMA / VALU | "
+          "fill written (busiest, at its share) | predicted MFMA-bound | VALU-bound | serialised | "
+          "VALU-bound / compute bound | measured anchor (H=32 D=128, the design document's HIP kernel) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     from aiter import backends
 
+    hostlib = _hostlib()
     served = backends.backends()["gfx950"]
     for D in sorted(served.head_dims, reverse=True):
         for H in served.heads:
             b = stage.get(isa.kernel_name(H, D))
             if b is None:
                 continue
+            geometry = hostlib.geometry(H, False, D)
+            unit = fill_unit(geometry)
+            stage_bytes = geometry["block_rows"] * geometry["stage_keys"] * 4
+            between = bool(geometry["fill_between_stages"])
             for mode, M, N, anchor in ROWS:
-                units = busiest_units(mode, M, N, H, D=D)
-                cells = [predicted_us(units, c) for c in (b.mfma, b.valu, b.serialised)]
-                print(f"| {H} | {D} | {mode} {M}x{N} | {units} | " + " | ".join(f"{c:.0f}" for c in cells) +
-                      f" | {anchor if (H, D) == (32, 128) else '-'} |")
+                work = plan_work(mode, M, N, H, D=D)
+                plain = plan_work(mode, M, N, H, clean=False, D=D)
+                busiest = max(work, key=lambda w: w.stages + w.fill)
+                bound = [row_prediction(plain, c, unit, stage_bytes, between) for c in (b.mfma, b.valu)]
+                cells = [row_prediction(work, c, unit, stage_bytes, between, fill_valu=c != b.mfma)
+                         for c in (b.mfma, b.valu, b.serialised)]
+                written = max(w.fill * unit.bytes for w in work) / cu_write_bytes_per_clock()
+                print(f"| {H} | {D} | {mode} {M}x{N} | {busiest.stages} + {busiest.fill} | "
+                      f"{'between stages' if between else 'after the stages'} | "
+                      f"{cycles_us(bound[0]):.0f} / {cycles_us(bound[1]):.0f} | {cycles_us(written):.0f} | " +
+                      " | ".join(f"{cycles_us(c):.0f}" for c in cells) +
+                      f" | {cells[1] / bound[1]:.2f} | {anchor if (H, D) == (32, 128) else '-'} |")
     return 0
 
 

@@ -14,7 +14,10 @@
 // chains (one per row; H = 16 even/odd), the software pipeline with its deferred epilogue and
 // tails, the permlane32 row-pair reductions, per-row buffer stores with out-of-range dropping, or at
 // H = 16 one store per row pair through one resource (float or bfloat16 elements, full or
-// compressed rows), the -inf fill stores and the compressed tails.
+// compressed rows), the -inf fill (16-byte stores of whole chunks, element stores of partial ones;
+// written between a segment's stages where the variant does, else in the fill pass) and the
+// compressed tails. A 16-byte store the kernel
+// issues at an address not on 16 bytes, or partly past its resource's end, is counted as a fault.
 // Waves run one after another and memory is sequential: it checks the index math and the
 // algorithm, not timing, hazards, waitcnts or the compiler.
 #include <algorithm>
@@ -79,6 +82,7 @@ struct Emulator {
   // One workgroup's LDS ring and the block row table of its current segment.
   std::vector<uint8_t> ring;
   std::vector<SegmentRow> segment_rows;
+  int faults = 0;  // 16-byte stores off 16 bytes or straddling num_records (the kernel issues none)
 
   Emulator(const Fp8MqaLogitsParams& params, int fixed_grid_splits, int num_cus, int kmap_variant)
       : args(params), kmap(kmap_variant) {
@@ -198,6 +202,22 @@ struct Emulator {
       const uint16_t bits = bf16_bits(v);
       std::memcpy(static_cast<uint8_t*>(args.out) + at, &bits, 2);
     }
+  }
+  // Kernel: buffer_store_b128 of a whole -inf chunk. Dropped when it starts past num_records; the
+  // kernel's runs end on a chunk, so it is never partly in range, and its chunks sit on 16 bytes.
+  void store_chunk(const Rsrc& rsrc, uint32_t offset) {
+    if (offset >= rsrc.num_records) return;
+    const uint64_t address = uint64_t(reinterpret_cast<uintptr_t>(args.out)) + uint64_t(rsrc.base + offset);
+    if (!buffer_in_range(offset, kChunkBytes, rsrc.num_records) || address % kChunkBytes != 0) {
+      ++faults;
+      return;
+    }
+    for (uint32_t e = 0; e < uint32_t(kChunkBytes); e += uint32_t(element_bytes))
+      store(-INFINITY, Rsrc{rsrc.base, rsrc.num_records}, offset + e);
+  }
+  // Column phase of a row of out within its 16-byte chunk (kernel: chunk_phase of the address).
+  int row_phase(int64_t row_base) const {
+    return chunk_phase(uint64_t(reinterpret_cast<uintptr_t>(args.out)) + uint64_t(row_base), element_bytes);
   }
   // Kernel: the row resources of Epilogue::store_pair (WaveRows::out_row and key_limit). In the
   // compressed layout the row's key 0 sits s_m columns before the row and keys stop at
@@ -477,8 +497,9 @@ struct Emulator {
       }
   }
 
-  // Kernel: compute_stages + stage_loop. All waves step through the stages together.
-  void compute_stages(const BlockFacts& block, int stage_begin, int stage_end) {
+  // Kernel: compute_stages + stage_loop. All waves step through the stages together; where the
+  // variant writes the fill between stages (full layout), the fill units due come before each piece.
+  void compute_stages(const BlockFacts& block, int stage_begin, int stage_end, int fill_begin, int fill_end) {
     for (int d = 0; d < geometry.prefetch_stages; ++d) load_stage(block, stage_begin + d, stage_end, d);
     std::vector<WaveState> waves(kWaves);
     for (int w = 0; w < kWaves; ++w) {
@@ -489,47 +510,85 @@ struct Emulator {
       wave.carry.live = false;
     }
     const StageRange clean = clean_stages(block, geometry.stage_keys, stage_begin, stage_end);
+    const bool fill_here = geometry.fill_between_stages && !args.compressed;
+    const FillSchedule schedule{stage_begin, stage_end, fill_begin, fill_end};
     int read_slot = 0;
-    for (int i = stage_begin; i < stage_end; ++i) {
-      const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
-      load_stage(block, i + geometry.prefetch_stages, stage_end, write_slot);
-      const bool masked = !(i >= clean.begin && i < clean.end);
-      for (WaveState& wave : waves)
-        stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
-      read_slot = read_slot + 1 == geometry.slots ? 0 : read_slot + 1;
+    int filled = fill_begin;
+    for (int i = stage_begin; i < stage_end;) {
+      const int due = schedule.due_before(i);
+      if (fill_here && filled < due) fill(block, filled, due);
+      filled = due;
+      for (const int next = fill_here ? schedule.next_break(i) : stage_end; i < next; ++i) {
+        const int write_slot = read_slot == 0 ? geometry.slots - 1 : read_slot - 1;
+        load_stage(block, i + geometry.prefetch_stages, stage_end, write_slot);
+        const bool masked = !(i >= clean.begin && i < clean.end);
+        for (WaveState& wave : waves)
+          stage_body(masked, block.first_key + i * geometry.stage_keys, read_slot, wave);
+        read_slot = read_slot + 1 == geometry.slots ? 0 : read_slot + 1;
+      }
     }
     for (WaveState& wave : waves) finish_last_stage(wave);
   }
 
-  // Kernel: fill_neg_inf (all 512 threads of the workgroup; several rows at once when a unit has
-  // fewer columns than threads).
+  // Kernel: store_fill_part, every thread of one row (thread t of row_threads).
+  void store_fill_part(int64_t row_base, bool row_present, const FillRow& row, int part, ColumnRange positions,
+                       int row_threads) {
+    const int per_chunk = chunk_elements(element_bytes);
+    const ColumnRange chunks = positions_in_part(row, per_chunk, part, positions.begin, positions.end);
+    if (chunks.end <= chunks.begin) return;
+    const ColumnRange columns = fill_part(row, part);
+    const ColumnRange whole_in_part = whole_chunks(columns, row.phase, per_chunk);
+    const int whole_begin = std::max(chunks.begin, whole_in_part.begin);
+    const int whole_end = std::min(chunks.end, whole_in_part.end);
+    if (whole_begin < whole_end) {
+      const int count = whole_end - whole_begin;
+      const Rsrc rsrc{row_base + int64_t(chunk_first_column(whole_begin, row.phase, per_chunk)) * element_bytes,
+                      row_present ? uint32_t(count) * kChunkBytes : 0u};
+      for (int k = 0; k < count; k += row_threads)
+        for (int t = 0; t < row_threads; ++t) store_chunk(rsrc, uint32_t(k + t) * kChunkBytes);
+    }
+    const PartialChunks partial = partial_chunks(chunks, whole_in_part);
+    if (partial.head >= 0 || partial.tail >= 0) {
+      const Rsrc rsrc{row_base, row_present ? uint32_t(row.row_end) * element_bytes : 0u};
+      for (int t = 0; t < row_threads; ++t) {
+        const int chunk = t < per_chunk ? partial.head : partial.tail;
+        const int column = chunk_first_column(chunk, row.phase, per_chunk) + t % per_chunk;
+        const bool fill = t < 2 * per_chunk && chunk >= 0 && column_in(columns, column);
+        store(-INFINITY, rsrc, fill ? uint32_t(column) * element_bytes : kOutOfRange);
+      }
+    }
+  }
+
+  // Kernel: fill_neg_inf (rows in rounds, each by fill_row_threads threads).
   void fill(const BlockFacts& block, int unit_begin, int unit_end) {
-    const int row_threads = std::min(geometry.fill_cols, kThreads);
+    const int row_threads = fill_row_threads(geometry);
     const int rows_at_once = kThreads / row_threads;
-    for (int u = unit_begin; u < unit_end; ++u)
-      for (int slot0 = 0; slot0 < geometry.block_rows; slot0 += rows_at_once)
-        for (int tid = 0; tid < kThreads; ++tid) {
-          const int row = segment_rows[slot0 + tid / row_threads].row;
-          const Rsrc rsrc{int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes,
-                          row >= 0 ? uint32_t(args.N) * element_bytes : 0u};
-          for (int k = 0; k < geometry.fill_cols / row_threads; ++k) {
-            const int f = u * geometry.fill_cols + k * row_threads + tid % row_threads;
-            const uint32_t offset = f < block.fill_keys
-                                        ? uint32_t(scheduler::fill_key(block.span(), f)) * element_bytes
-                                        : kOutOfRange;
-            store(-INFINITY, rsrc, offset);
-          }
+    const int per_chunk = chunk_elements(element_bytes);
+    for (int slot0 = 0; slot0 < geometry.block_rows; slot0 += rows_at_once)
+      for (int r = 0; r < rows_at_once; ++r) {
+        const int row = segment_rows[slot0 + r].row;
+        const int64_t row_base = int64_t(row < 0 ? 0 : row) * args.out_stride * element_bytes;
+        const FillRow fill_row{block.first_key, block.covered_end, int(args.N), row_phase(row_base)};
+        const int row_chunks = fill_chunks(fill_row, per_chunk);
+        for (int u = unit_begin; u < unit_end; ++u) {
+          const ColumnRange positions =
+              unit_position_range(geometry, element_bytes, u, block.fill_units, row_chunks);
+          for (int part = 0; part < 2; ++part)
+            store_fill_part(row_base, row >= 0, fill_row, part, positions, row_threads);
         }
+      }
   }
 
   // Kernel: segment.
   void segment(bool compute, int b, int unit_begin, int unit_end, bool balanced) {
     const BlockFacts block = setup_block(b, balanced);
     const scheduler::SegmentParts parts = segment_parts(block, unit_begin, unit_end);
+    const bool computes = parts.tile_begin < parts.tile_end;
     if (compute) {
-      if (parts.tile_begin < parts.tile_end) compute_stages(block, int(parts.tile_begin), int(parts.tile_end));
-    } else {
-      if (parts.fill_begin < parts.fill_end) fill(block, int(parts.fill_begin), int(parts.fill_end));
+      if (computes)
+        compute_stages(block, int(parts.tile_begin), int(parts.tile_end), int(parts.fill_begin), int(parts.fill_end));
+    } else if (parts.fill_begin < parts.fill_end && !(computes && geometry.fill_between_stages)) {
+      fill(block, int(parts.fill_begin), int(parts.fill_end));
     }
   }
 
@@ -557,10 +616,10 @@ struct Emulator {
     for (int m = workgroup; m < args.M; m += workgroups) {
       const scheduler::KeyRange window = scheduler::row_window(args.ks[m], args.ke[m], args.N);
       const int keys = int(std::min<int64_t>(window.size(), columns));
-      const Rsrc rsrc{int64_t(m) * args.out_stride * element_bytes, columns * element_bytes};
-      for (int tid = 0; tid < kThreads; ++tid)
-        for (int column = keys + tid; column < int(columns); column += kThreads)
-          store(-INFINITY, rsrc, uint32_t(column) * element_bytes);
+      const int64_t row_base = int64_t(m) * args.out_stride * element_bytes;
+      const FillRow tail{0, keys, int(columns), row_phase(row_base)};
+      store_fill_part(row_base, true, tail, 1, ColumnRange{0, fill_chunks(tail, chunk_elements(element_bytes))},
+                      kThreads);
     }
   }
 
@@ -602,7 +661,8 @@ static Fp8MqaLogitsParams plan_params(const int32_t* ks, const int32_t* ke, int 
 
 extern "C" {
 
-// Runs the whole grid; returns the number of non-empty workgroups, or -1 on bad arguments.
+// Runs the whole grid; returns the number of non-empty workgroups, -1 on bad arguments, or -2 when
+// a 16-byte fill store was off 16 bytes or partly past its resource (store_chunk).
 // out: float32 or (bf16 != 0) bfloat16 bits; out_columns > 0: the compressed layout of that width.
 int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, const float* w,
                    const int32_t* ks, const int32_t* ke, void* out, int M, int N, int H, int D,
@@ -628,20 +688,22 @@ int gfx950_emulate(const uint8_t* q, const uint8_t* kv, const float* scales, con
     plan_out[3] = emu.launch.grid_y;
     plan_out[4] = emu.launch.fixed_grid_splits;
   }
-  return emu.run_all();
+  const int busy = emu.run_all();
+  return emu.faults > 0 ? -2 : busy;
 }
 
 // The balanced plan alone (no compute): per workgroup, the real units it processes (stages and
-// fill units, not the virtual overhead units) and its compute segments (Q/w loads, pipeline).
-// Returns the total number of units (virtual ones included), or -1.
+// fill units, not the virtual overhead units), its compute segments (Q/w loads, pipeline) and,
+// when wg_fill is given, how many of its units are fill units. Returns the total number of units
+// (virtual ones included), or -1.
 int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int H, int D, int clean,
-                         int num_cus, int* wg_units, int* wg_segments) {
+                         int num_cus, int* wg_units, int* wg_segments, int* wg_fill) {
   if (!serves(H, D) || M <= 0 || N <= 0) return -1;
   Emulator emu(plan_params(ks, ke, M, N, H, D, clean), 0, num_cus, 0);
   if (!emu.launch.balanced) return -1;
   emu.build_plan();
   for (int x = 0; x < emu.launch.grid_x; ++x) {
-    int fixed_block, real = 0, segments = 0;
+    int fixed_block, real = 0, segments = 0, fill = 0;
     const UnitRange units = emu.workgroup_units(x, 0, &fixed_block);
     for_each_segment(true, emu.blocks, fixed_block, units,
                      [&](int b) { return emu.block_units_prefix[b]; },
@@ -649,10 +711,12 @@ int gfx950_balanced_plan(const int32_t* ks, const int32_t* ke, int M, int N, int
                        const scheduler::SegmentParts parts =
                            segment_parts(emu.setup_block(b, true), unit_begin, unit_end);
                        real += int((parts.tile_end - parts.tile_begin) + (parts.fill_end - parts.fill_begin));
+                       fill += int(parts.fill_end - parts.fill_begin);
                        segments += parts.tile_begin < parts.tile_end;
                      });
     wg_units[x] = real;
     wg_segments[x] = segments;
+    if (wg_fill) wg_fill[x] = fill;
   }
   return emu.block_units_prefix[emu.blocks];
 }

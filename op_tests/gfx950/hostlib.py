@@ -37,7 +37,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_emulate.argtypes = [u8p, u8p, f32p, f32p, i32p, i32p, ctypes.c_void_p, c_int, c_int, c_int, c_int,
                                    c_ll, c_ll, c_int, c_int, c_int, c_int, c_int, c_int, i32p]
     lib.gfx950_emulate.restype = c_int
-    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, c_int, i32p, i32p]
+    lib.gfx950_balanced_plan.argtypes = [i32p, i32p, c_int, c_int, c_int, c_int, c_int, c_int, i32p, i32p, i32p]
     lib.gfx950_balanced_plan.restype = c_int
     lib.gfx950_fp8_to_float.argtypes = [c_int]
     lib.gfx950_fp8_to_float.restype = ctypes.c_float
@@ -61,6 +61,17 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_tail_group.argtypes = [c_int] * 4 + [i32p]
     lib.gfx950_tail_group.restype = None
     lib.gfx950_store_offset.restype = ctypes.c_uint
+    lib.gfx950_fill_chunks.argtypes = [c_int] * 5
+    lib.gfx950_fill_position.argtypes = [c_int] * 6 + [i32p]
+    lib.gfx950_fill_position.restype = None
+    lib.gfx950_partial_chunks.argtypes = [c_int] * 4 + [i32p]
+    lib.gfx950_partial_chunks.restype = None
+    lib.gfx950_unit_positions.argtypes = [c_int] * 7 + [i32p]
+    lib.gfx950_unit_positions.restype = None
+    lib.gfx950_block_parts.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_block_parts.restype = None
+    lib.gfx950_fill_schedule.argtypes = [c_int] * 5 + [i32p]
+    lib.gfx950_fill_schedule.restype = None
     return lib
 
 
@@ -103,6 +114,7 @@ GEOMETRY_FIELDS = (
     "chain_sets", "pairs_per_wave", "row_groups", "key_groups", "block_rows", "stage_keys",
     "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes", "prefetch_stages", "slots",
     "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows", "plan_blocks",
+    "fill_between_stages",
 )
 
 

@@ -24,7 +24,7 @@ int gfx950_geometry(int heads, int small, int head_dim, int* out) {
                    g.rows_per_wave, g.chain_sets, g.pairs_per_wave, g.row_groups, g.key_groups,
                    g.block_rows, g.stage_keys, g.stage_bytes, g.dmas_per_wave, g.wave_part_bytes,
                    g.slot_bytes, g.prefetch_stages, g.slots, g.loads_per_stage, g.stores_per_stage,
-                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks};
+                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks, g.fill_between_stages};
   const int n = int(sizeof v / sizeof v[0]);
   for (int i = 0; i < n; ++i) out[i] = v[i];
   return geometry_ok(g) ? n : -n;
@@ -122,6 +122,58 @@ int gfx950_choose_fixed_grid_splits(int heads, int small, int head_dim, long lon
   return choose_fixed_grid_splits(variant(heads, small, head_dim), M, N, num_cus, clean != 0);
 }
 
+// The -inf fill of one row (layout.h): its fill chunk count, and for fill position `position`
+// {part, chunk, first column of the chunk, whole} (positions_in_part, whole_chunks).
+int gfx950_fill_chunks(int left_end, int right_begin, int row_end, int phase, int element_bytes) {
+  return fill_chunks(FillRow{left_end, right_begin, row_end, phase}, chunk_elements(element_bytes));
+}
+void gfx950_fill_position(int left_end, int right_begin, int row_end, int phase, int element_bytes, int position,
+                          int* out) {
+  const FillRow row{left_end, right_begin, row_end, phase};
+  const int per_chunk = chunk_elements(element_bytes);
+  for (int part = 0; part < 2; ++part) {
+    const ColumnRange chunks = positions_in_part(row, per_chunk, part, position, position + 1);
+    if (chunks.end <= chunks.begin) continue;
+    const ColumnRange whole = whole_chunks(fill_part(row, part), phase, per_chunk);
+    out[0] = part;
+    out[1] = chunks.begin;
+    out[2] = chunk_first_column(chunks.begin, phase, per_chunk);
+    out[3] = chunks.begin >= whole.begin && chunks.begin < whole.end;
+    return;
+  }
+  out[0] = -1;
+}
+// partial_chunks of a run of chunks against the part's whole chunks: {head, tail}.
+void gfx950_partial_chunks(int begin, int end, int whole_begin, int whole_end, int* out) {
+  const PartialChunks p = partial_chunks(ColumnRange{begin, end}, ColumnRange{whole_begin, whole_end});
+  out[0] = p.head;
+  out[1] = p.tail;
+}
+// Fill unit `unit` of fill_units: its fill positions of a row with row_chunks chunks.
+void gfx950_unit_positions(int heads, int small, int head_dim, int element_bytes, int unit, int fill_units,
+                           int row_chunks, int* out) {
+  const ColumnRange r = unit_position_range(variant(heads, small, head_dim), element_bytes, unit, fill_units,
+                                            row_chunks);
+  out[0] = r.begin;
+  out[1] = r.end;
+  out[2] = fill_row_threads(variant(heads, small, head_dim));
+}
+// The order of a block's units (cost_model.h): {tile_begin, tile_end, fill_begin, fill_end} of
+// units [u_begin, u_end) of a block priced {overhead, compute, fill}.
+void gfx950_block_parts(int overhead, int compute, int fill, int u_begin, int u_end, int* out) {
+  const scheduler::SegmentParts p = block_parts(scheduler::BlockPrice{overhead, compute, fill}, u_begin, u_end);
+  out[0] = int(p.tile_begin);
+  out[1] = int(p.tile_end);
+  out[2] = int(p.fill_begin);
+  out[3] = int(p.fill_end);
+}
+// FillSchedule of a segment: {due_before(stage), next_break(stage)}.
+void gfx950_fill_schedule(int stage_begin, int stage_end, int fill_begin, int fill_end, int stage, int* out) {
+  const FillSchedule schedule{stage_begin, stage_end, fill_begin, fill_end};
+  out[0] = schedule.due_before(stage);
+  out[1] = schedule.next_break(stage);
+}
+
 // The kernel's facts of a block whose union of windows is [lo, hi) (empty when hi <= lo):
 // {first_key, stages, covered_end, fill_keys, overhead, fill_units, units}.
 void gfx950_block_facts(int heads, int small, int head_dim, int lo, int hi, int N, int clean, int* out) {
@@ -144,8 +196,8 @@ int gfx950_fixed_grid_costs(int heads, int small, int head_dim, int N, int clean
       keys.add(scheduler::KeyRange{lo[b], hi[b]});
       const scheduler::BlockPrice price = scheduler::price_block(model, keys.range());
       const scheduler::SegmentParts parts =
-          scheduler::segment_parts(price, scheduler::share_begin(price.total(), splits, y),
-                                   scheduler::share_begin(price.total(), splits, y + 1));
+          block_parts(price, scheduler::share_begin(price.total(), splits, y),
+                      scheduler::share_begin(price.total(), splits, y + 1));
       const int64_t tiles = parts.tile_end - parts.tile_begin;
       out[n++] = double(tiles + (parts.fill_end - parts.fill_begin) + (tiles ? price.overhead : 0));
     }
