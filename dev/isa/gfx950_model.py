@@ -124,10 +124,11 @@ class FillUnit:
 
 def fill_unit(geometry: dict, element_bytes: int = 4) -> FillUnit:
     """A variant's fill unit (geometry: hostlib.geometry's dict): a row's chunks of the unit by its
-    row threads (whole waves), so a row with fewer chunks than a wave has lanes still takes a store."""
+    row threads (whole waves: the kernel's fill_row_threads, csrc/gfx950/layout.h), so a row with
+    fewer chunks than a wave has lanes still takes a store."""
     rows = geometry["block_rows"]
     unit_bytes = rows * geometry["fill_cols"] * element_bytes
-    row_threads = LANES * (WAVES_PER_WORKGROUP // rows if rows < WAVES_PER_WORKGROUP else 1)
+    row_threads = geometry["fill_row_threads"]
     rows_at_once = LANES * WAVES_PER_WORKGROUP // row_threads
     row_chunks = geometry["fill_cols"] * element_bytes // CHUNK_BYTES
     rows_per_wave = rows // rows_at_once

@@ -114,7 +114,7 @@ GEOMETRY_FIELDS = (
     "chain_sets", "pairs_per_wave", "row_groups", "key_groups", "block_rows", "stage_keys",
     "stage_bytes", "dmas_per_wave", "wave_part_bytes", "slot_bytes", "prefetch_stages", "slots",
     "loads_per_stage", "stores_per_stage", "vmcnt_wait", "fill_cols", "plan_rows", "plan_blocks",
-    "fill_between_stages",
+    "fill_between_stages", "fill_row_threads",
 )
 
 

@@ -24,7 +24,8 @@ int gfx950_geometry(int heads, int small, int head_dim, int* out) {
                    g.rows_per_wave, g.chain_sets, g.pairs_per_wave, g.row_groups, g.key_groups,
                    g.block_rows, g.stage_keys, g.stage_bytes, g.dmas_per_wave, g.wave_part_bytes,
                    g.slot_bytes, g.prefetch_stages, g.slots, g.loads_per_stage, g.stores_per_stage,
-                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks, g.fill_between_stages};
+                   g.vmcnt_wait, g.fill_cols, g.plan_rows, g.plan_blocks, g.fill_between_stages,
+                   fill_row_threads(g)};
   const int n = int(sizeof v / sizeof v[0]);
   for (int i = 0; i < n; ++i) out[i] = v[i];
   return geometry_ok(g) ? n : -n;
