@@ -2,6 +2,7 @@
 
     python dev/ab.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--head-dim 128] [--out PREFIX]
     python dev/ab.py --tree plain=. --tree hook=.:-DSOME_HOOK=1     (a kernel build flag as the variant)
+    python dev/ab.py ... --variant compressed-bf16     (a logits variant of the benchmark; default full)
 
 Each tree runs in its own worker process (PYTHONPATH = that tree, its own JIT cache), through its
 public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. A tree may carry extra flags
@@ -27,6 +28,9 @@ from pathlib import Path
 # largest next to the compute (before the sm90 pricing kernel, every CTA scanned all rows).
 SHORT_WINDOWS = ("short64", 65536, 65536)
 SAMPLED_ROWS = 64
+# The benchmark's logits variants (aiter.bench.fp8_mqa_logits --variants): name -> (compressed, dtype).
+VARIANTS = {"full": (False, "float32"), "bf16": (False, "bfloat16"), "compressed": (True, "float32"),
+            "compressed-bf16": (True, "bfloat16")}
 
 
 # ---- worker: one tree's package, answering one JSON request per line ---------------------------
@@ -54,21 +58,24 @@ def worker(device_name: str) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         key = (request["mode"], request["M"], request["N"], request["H"], request["D"])
+        compressed, dtype = VARIANTS[request["variant"]]
         if key not in cached:
             cached.clear()
             mode, M, N, H, D = key
             q, kv, scales, weights = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
             cached[key] = (q, kv, scales, weights, *_windows(mode, M, N, device))
         inputs, clean = cached[key], request["clean"]
+        longest = int((inputs[5] - inputs[4]).clamp(min=0).max()) if compressed else 0
+        options = dict(max_seqlen_k=max(longest, 1) if compressed else 0, logits_dtype=getattr(torch, dtype))
         if request["what"] == "sample":
-            out = aiter.fp8_mqa_logits(*inputs, clean)
+            out = aiter.fp8_mqa_logits(*inputs, clean, **options).float()
             rows = torch.linspace(0, out.shape[0] - 1, min(SAMPLED_ROWS, out.shape[0])).long().to(device)
             torch.save(out[rows].cpu(), request["path"])
             reply = {"ok": True}
         else:
             if timer is None:
                 timer = machine.GpuTimer(device, iters=request["iters"])
-            reply = {"us": timer(lambda: aiter.fp8_mqa_logits(*inputs, clean))}
+            reply = {"us": timer(lambda: aiter.fp8_mqa_logits(*inputs, clean, **options))}
         print(json.dumps(reply), flush=True)
 
 
@@ -92,15 +99,17 @@ class Worker:
         return json.loads(line)
 
 
-def compare_samples(paths, ks, ke, N, clean):
+def compare_samples(paths, ks, ke, N, clean, compressed=False):
     """Relative L2 between the two builds' sampled rows, inside the windows; and the -inf masks."""
     import torch
 
     a, b = (torch.load(p) for p in paths)
     rows = torch.linspace(0, ks.shape[0] - 1, min(SAMPLED_ROWS, ks.shape[0])).long()
-    cols = torch.arange(N)
+    cols = torch.arange(a.shape[1])
     start = ks.cpu()[rows].clamp(0, N).unsqueeze(1)
     end = ke.cpu()[rows].clamp(0, N).unsqueeze(1)
+    if compressed:  # row m's keys sit in columns [0, end - start)
+        start, end = torch.zeros_like(start), (end - start).clamp(min=0)
     inside = (cols >= start) & (cols < end)
     same_mask = bool(torch.equal(torch.isinf(a), torch.isinf(b))) if clean else True
     if not inside.any():
@@ -117,6 +126,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[:FLAGS]", help="exactly two")
     parser.add_argument("--heads", default="32,64")
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--variant", choices=tuple(VARIANTS), default="full",
+                        help="logits variant (aiter.bench.fp8_mqa_logits): dtype and layout")
     parser.add_argument("--shapes", help="mode:MxN,... (default: the benchmark's shapes and short64:65536x65536)")
     parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
     parser.add_argument("--reps", type=int, default=4, help="A/B rounds per row, in A B / B A order")
@@ -149,12 +160,13 @@ def main(argv=None) -> int:
     for mode, M, N in shapes:
         for H in heads:
             for clean in cleans:
-                request = dict(mode=mode, M=M, N=N, H=H, D=args.head_dim, clean=clean, iters=args.iters)
+                request = dict(mode=mode, M=M, N=N, H=H, D=args.head_dim, clean=clean, iters=args.iters,
+                               variant=args.variant)
                 paths = [os.fspath(scratch / f"sample-{w.name}.pt") for w in workers]
                 for w, path in zip(workers, paths):
                     w.ask(what="sample", path=path, **request)
                 ks, ke = _windows(mode, M, N, "cpu")
-                diff, same_mask = compare_samples(paths, ks, ke, N, clean)
+                diff, same_mask = compare_samples(paths, ks, ke, N, clean, VARIANTS[args.variant][0])
                 if diff > 1e-6 or not same_mask:
                     print(f"warning: {M}x{N} {mode} H={H} clean={clean}: builds differ (rel L2 {diff:.2e},"
                           f" same -inf mask {same_mask})", file=sys.stderr)

@@ -113,20 +113,23 @@ const char* launch_instance(const LaunchContext& context) {
   int2* block_units = static_cast<int2*>(context.workspace);
   const int64_t blocks = (params.M + BlockShape<H>::kRowsPerBlock - 1) / BlockShape<H>::kRowsPerBlock;
   const unsigned price_ctas = static_cast<unsigned>((blocks + kPriceThreads - 1) / kPriceThreads);
-  price_blocks_kernel<H><<<price_ctas, kPriceThreads, 0, context.stream>>>(params, block_units);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return cudaGetErrorString(err);
-
+  // Both kernels are programmatic dependents of what precedes them on the stream: each one's CTAs
+  // may start before that finishes, and wait for it (grid_dependency_wait) before reading its results.
   cudaLaunchAttribute dependent_launch[1];
   dependent_launch[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent_launch[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(context.num_sms);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
   config.stream = context.stream;
   config.attrs = dependent_launch;
   config.numAttrs = 1;
+  config.gridDim = dim3(price_ctas);
+  config.blockDim = dim3(kPriceThreads);
+  cudaError_t err = cudaLaunchKernelEx(&config, price_blocks_kernel<H>, params, block_units);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+
+  config.gridDim = dim3(context.num_sms);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
   err = cudaLaunchKernelEx(&config, fp8_mqa_logits_sm90_kernel<H, D, Logits>, q_map, k_map, params,
                            static_cast<const int2*>(block_units));
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -19,7 +19,9 @@
 // measured: docs/performance.md). Spread over a grid it is one round of loads; what is left per CTA
 // is a scan of 8 bytes per block from L2. The main kernel is the pricing kernel's programmatic
 // dependent: its CTAs start during the pricing and wait for it at grid_dependency_wait, so the extra
-// launch adds no launch gap. No host synchronisation, nothing outlives the call (graph capturable).
+// launch adds no launch gap. The pricing kernel is in turn the programmatic dependent of the stream's
+// previous kernel, whose results it waits for before its first read. No host synchronisation,
+// nothing outlives the call (graph capturable).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +46,9 @@ __global__ void __launch_bounds__(kPriceThreads)
     price_blocks_kernel(const KernelArgs args, int2* __restrict__ block_units) {
   // The main kernel's CTAs may start now and wait at grid_dependency_wait.
   launch_dependents();
+  // This kernel is itself launched as a programmatic dependent of whatever ran before it on the
+  // stream (its launch overlaps that kernel's end): the row bounds are read only once it is done.
+  grid_dependency_wait();
   const int64_t block = int64_t(blockIdx.x) * kPriceThreads + threadIdx.x;
   if (block >= BlockShape<H>::num_blocks(args)) return;
   const scheduler::BlockPrice price =
