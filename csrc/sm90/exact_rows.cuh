@@ -47,36 +47,68 @@ __device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, i
   return (partial[0] + partial[1]) + (partial[2] + partial[3]);
 }
 
-// The short rows this CTA owns (m = blockIdx.x + k gridDim.x), by the 96 fill warps' threads (`tid`).
-// Per row: one round of loads stages its Q row and K rows in shared memory, each (key, head) term is
-// computed by one thread, and one thread per key sums the heads in a fixed order.
+// The exact work this CTA owns, by the 96 fill warps' threads (`tid`). Each row is `spread` items,
+// item (m, part) being keys part, part + spread, ... of row m; this CTA owns items i = blockIdx.x +
+// k gridDim.x of the list i = part M + m. With kSpreadExactRows<H> (tunables.h), `spread` is as large
+// as keeps that list within one round of candidates per fill thread (at most kExactKeys): a short
+// call's exact rows (a causal chunk's first rows: 1, 2, ... 8 keys) then cost a CTA one key of
+// CUDA-core work instead of a whole row per SM; a long call keeps one item per row. Otherwise every
+// item is a whole row. Per item: one round of loads stages its Q row and K rows in shared memory,
+// each (key, head) term is computed by one thread, and one thread per key sums the heads in a
+// fixed order.
 template <int H, int D, class Logits>
 __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, int tid) {
   constexpr bool kCompressed = Logits::kCompressed;
+  constexpr bool kSpread = kSpreadExactRows<H>;
   constexpr int kRowVecs = D / 16;
   constexpr int kQVecs = H * kRowVecs, kKVecs = kExactKeys * kRowVecs;
   static_assert(kKVecs <= kFillThreads, "one K vector per thread");
   constexpr int kQRounds = (kQVecs + kFillThreads - 1) / kFillThreads;
   const int64_t step = int64_t(gridDim.x) * kFillThreads;
+  const int spread =
+      kSpread ? static_cast<int>(max(int64_t(1), min(int64_t(kExactKeys), step / max(args.M, int64_t(1))))) : 1;
+  const int64_t items = kSpread ? args.M * spread : args.M;
   uint4* q_rows = reinterpret_cast<uint4*>(smem.exact_q);
   uint4* k_rows = reinterpret_cast<uint4*>(smem.exact_k);
-  for (int64_t base = blockIdx.x; base < args.M; base += step) {
-    const int64_t m = base + int64_t(gridDim.x) * tid;
-    const scheduler::KeyRange window = m < args.M ? load_row_window(args, m) : scheduler::KeyRange{0, 0};
-    smem.exact_row[tid] = is_exact_row(static_cast<int>(window.size())) ? m : -1;
+  uint32_t exact_phase = 0;  // of smem.exact_full
+  for (int64_t base = blockIdx.x; base < items; base += step) {
+    const int64_t item = base + int64_t(gridDim.x) * tid;
+    int part = 0;
+    int64_t m = item;
+    if constexpr (kSpread) {
+      part = static_cast<int>(item / max(args.M, int64_t(1)));
+      m = item - part * args.M;
+    }
+    const scheduler::KeyRange window = item < items ? load_row_window(args, m) : scheduler::KeyRange{0, 0};
     // The compressed layout has out_columns columns: a longer window (a caller's broken guarantee)
     // stores its first keys only, so its end is cut here, once per candidate.
     const int64_t stored_end = kCompressed ? min(window.end, window.begin + args.out_columns) : window.end;
+    const bool exact = is_exact_row(static_cast<int>(window.size())) && (!kSpread || window.begin + part < stored_end);
+    smem.exact_row[tid] = exact ? (kSpread ? m * kExactKeys + part : m) : -1;
     smem.exact_window[tid] = make_int2(static_cast<int>(window.begin), static_cast<int>(stored_end));
     fill_warps_sync();
     for (int candidate = 0; candidate < kFillThreads; ++candidate) {
-      const int64_t row = smem.exact_row[candidate];
-      if (row < 0) continue;
+      const int64_t candidate_item = smem.exact_row[candidate];
+      if (candidate_item < 0) continue;
+      const int64_t row = kSpread ? candidate_item / kExactKeys : candidate_item;
+      const int part = kSpread ? static_cast<int>(candidate_item % kExactKeys) : 0;
       const int2 row_window = smem.exact_window[candidate];
-      const int keys = row_window.y - row_window.x;
+      // This item's keys: window keys part, part + spread, ... (at least one: part < the window's keys).
+      const int keys = kSpread ? (row_window.y - row_window.x - part + spread - 1) / spread : row_window.y - row_window.x;
       const uint4* q_src = reinterpret_cast<const uint4*>(args.q + row * H * D);
-      const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x) * D);
-      if constexpr (kCompressed) {
+      const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x + part) * D);
+      if constexpr (kSpread) {
+        // Staged by bulk copies (the Q row is contiguous, the keys `spread` rows apart), which hold
+        // no registers.
+        if (tid == 0) {
+          mbar_arrive_expect_tx(&smem.exact_full, (H + keys) * D);
+          bulk_copy_to_shared(q_rows, q_src, H * D, &smem.exact_full);
+          for (int key = 0; key < keys; ++key)
+            bulk_copy_to_shared(k_rows + key * kRowVecs, k_src + key * spread * kRowVecs, D, &smem.exact_full);
+        }
+        mbar_wait(&smem.exact_full, exact_phase);
+        exact_phase ^= 1;
+      } else if constexpr (kCompressed) {
         // Copied without registers: the compressed instance's allocation spills the register
         // stage below at H = 64 (80 registers per producer thread). The full layout keeps the
         // register stage: with the copy, ptxas moved the H = 64 epilogue's relu and the long H = 64
@@ -109,8 +141,9 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       if (tid < keys) {
         double sum = 0.0;
         for (int head = 0; head < H; ++head) sum += smem.exact_part[tid][head];
-        store_logit(logits_out<Logits>(args) + row * args.out_stride + (kCompressed ? 0 : row_window.x) + tid,
-                    static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + tid]));
+        const int window_key = part + tid * spread;
+        store_logit(logits_out<Logits>(args) + row * args.out_stride + (kCompressed ? 0 : row_window.x) + window_key,
+                    static_cast<float>(0.5 * sum * args.kv_scales[row_window.x + window_key]));
       }
       fill_warps_sync();  // before the next row overwrites the staged rows and exact_part
     }

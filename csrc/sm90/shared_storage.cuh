@@ -51,10 +51,11 @@ struct SharedStorage {
   uint64_t q_empty[kQSlots];
   uint64_t k_full[kKStages];
   uint64_t k_empty[kKStages];
+  uint64_t exact_full;  // the exact path's staged Q row and K rows (exact_rows.cuh)
   int64_t plan_warp_sums[kThreads / 32 + 1][2];  // plan cut: each warp's units, then their prefix; the total
   PlanShare plan_share[2];           // this CTA's share of each list (plan.cuh)
   int2 fill_window[kFillThreads];    // clamped windows of the rows of the blocks the fill warps walk next
-  int64_t exact_row[kFillThreads];   // candidate rows of the exact path (-1: not short), and
+  int64_t exact_row[kFillThreads];   // the exact path's candidate items, row x kExactKeys + part (-1: none), and
   int2 exact_window[kFillThreads];   // their clamped windows
   double exact_part[kExactKeys][kMaxHeads];  // relu(q.k) * w per (key, head) of the row in hand
   alignas(16) uint8_t exact_q[kMaxHeads * kMaxHeadDim];   // its Q row, and
@@ -74,6 +75,7 @@ __device__ __forceinline__ SharedStorage& shared_storage(uint8_t* dynamic_smem) 
 //   q_empty[slot]  one arrival per math warp after the block's last tile: the slot may be refilled.
 //   k_full[stage]  the producer's arrival plus the K tile's TMA bytes.
 //   k_empty[stage] one arrival per math warp once its MMA on the stage is done.
+//   exact_full     one fill thread's arrival plus the bulk copies' bytes of an exact item's Q and K rows.
 __device__ __forceinline__ void init_barriers(SharedStorage& smem) {
   for (int slot = 0; slot < kQSlots; ++slot) {
     mbar_init(&smem.q_full[slot], 64);
@@ -83,6 +85,7 @@ __device__ __forceinline__ void init_barriers(SharedStorage& smem) {
     mbar_init(&smem.k_full[stage], 1);
     mbar_init(&smem.k_empty[stage], 4 * kMathWarpgroups);
   }
+  mbar_init(&smem.exact_full, 1);
   fence_barrier_init();
 }
 

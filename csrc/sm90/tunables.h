@@ -64,6 +64,19 @@ constexpr int kPriceThreads = 256;
 // +2.2 us (H=32) and +3.3 us (H=64), the largest rows within noise. Those rows' few thousand
 // CUDA-core instructions share the schedulers with the math warps.
 constexpr int kExactKeys = 8;
+// Whether the exact path spreads a row's keys over CTAs (exact_rows.cuh: up to kExactKeys items of a
+// row, as many as keep a call within one round of candidates per fill thread) instead of computing
+// each row in one CTA. A row per CTA puts a causal chunk's first rows (1..8 keys, up to 8 x H dot
+// products and a serial head sum apiece) on CTAs 0-7 alone, on the critical path of a short call:
+// in a CUDA graph (python -m dev.graph_chain, H200) causal 1024x1024 measured 14.5 / 20.5 us with it
+// and 11.6 / 16.4 us with the exact path switched off (H = 32 / 64). Spread, same-run: H = 32 14.6
+// -> 13.6 us, its long rows 0.96-1.00 of before (dev/ab.py). Every other H measured worse, each
+// through a different ptxas schedule of its kernel: H = 64 (the production head shape) long D = 128
+// rows +2.4-4.0% and 128x4096, 64x8192 +3.7% (its math loop's relu FADDs after the stage release),
+// though its 1024x1024 went 20.5 -> 16.7 us; H = 8 1024x1024 11.5 -> 12.6 us; H = 16 2048x2048
+// 18.0 -> 18.9 us. Those keep a row per CTA, and their kernels the schedule they had (issue 12).
+template <int H>
+constexpr bool kSpreadExactRows = H == 32;
 // -inf fill runs up to this many columns (2 KiB) go a warp per row, longer ones all three fill warps
 // per row. A warp per row: 1024x1024 causal clean 28.8 -> 20.3 us (short runs: the loop overhead of
 // 96 threads on 64 columns), but multi_req 8192x8192 clean 117 -> 137 us (long runs: three rows'
