@@ -263,3 +263,22 @@ def test_window_longer_than_max_seqlen_k_never_writes_past_it_on_a_gpu():
     assert torch.isnan(buf[:, width:]).all(), "a column past max_seqlen_k was written"
     full = fp8_mqa_logits(q, kv, s, w, ks, ke, False)
     assert torch.equal(buf[:, :width], full[:, :width])
+
+
+@pytest.mark.parametrize("heads", [32, 64])
+def test_short_window_longer_than_max_seqlen_k_stores_its_first_keys_on_a_gpu(heads):
+    """The same broken guarantee on rows of 1..8 keys (the sm90 exact path, which spreads a short
+    call's rows over CTAs key by key at H = 32): windows of 6 keys into max_seqlen_k = 3 columns store
+    their first three keys' logits, exactly as the full layout does, and nothing past the width."""
+    if not torch.cuda.is_available() or not is_supported(heads, 128, "cuda", compressed=True, clean_logits=False):
+        pytest.skip("needs a GPU kernel that serves the compressed layout")
+    M, N, width = 40, 512, 3
+    q, kv, s, w = make_inputs(M, N, heads, 128, "cuda", seed=19)
+    ks = (torch.arange(M, dtype=torch.int32, device="cuda") + 10)
+    ke = ks + 6
+    buf = torch.full((M, 8), float("nan"), device="cuda")
+    fp8_mqa_logits(q, kv, s, w, ks, ke, False, out=buf[:, :width], max_seqlen_k=width)
+    assert torch.isnan(buf[:, width:]).all(), "a column past max_seqlen_k was written"
+    full = fp8_mqa_logits(q, kv, s, w, ks, ke, False)
+    first_keys = ks.long().unsqueeze(1) + torch.arange(width, device="cuda")
+    assert torch.equal(buf[:, :width], full.gather(1, first_keys))
