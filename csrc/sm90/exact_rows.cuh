@@ -2,10 +2,10 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
-// Tensors: Q [M, H, D] e4m3 and K [N, D] e4m3 (plain loads, one Q row and its few K rows at a
-// time), kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks, ke [M] int32; out [M, N]
-// f32 or bf16, or [M, max_seqlen_k] in the compressed layout, row stride out_stride (written: the
-// row's in-window columns; compressed: columns 0..keys-1).
+// Tensors: Q [M, H, D] e4m3 and K [N, D] e4m3 (one Q row and its few K rows at a time, by plain
+// loads or bulk copies), kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks, ke [M]
+// int32; out [M, N] f32 or bf16, or [M, max_seqlen_k] in the compressed layout, row stride
+// out_stride (written: the row's in-window columns; compressed: columns 0..keys-1).
 //
 // Why: Hopper's FP8 wgmma accumulates with ~14-bit precision, and a row with only a few logits can
 // cancel them all to the size of that error (tunables.h: kExactKeys). These rows are computed here
@@ -94,7 +94,8 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       const int part = kSpread ? static_cast<int>(candidate_item % kExactKeys) : 0;
       const int2 row_window = smem.exact_window[candidate];
       // This item's keys: window keys part, part + spread, ... (at least one: part < the window's keys).
-      const int keys = kSpread ? (row_window.y - row_window.x - part + spread - 1) / spread : row_window.y - row_window.x;
+      const int keys =
+          kSpread ? (row_window.y - row_window.x - part + spread - 1) / spread : row_window.y - row_window.x;
       const uint4* q_src = reinterpret_cast<const uint4*>(args.q + row * H * D);
       const uint4* k_src = reinterpret_cast<const uint4*>(args.kv + int64_t(row_window.x + part) * D);
       if constexpr (kSpread) {
