@@ -28,9 +28,6 @@ from pathlib import Path
 # largest next to the compute (before the sm90 pricing kernel, every CTA scanned all rows).
 SHORT_WINDOWS = ("short64", 65536, 65536)
 SAMPLED_ROWS = 64
-# The benchmark's logits variants (aiter.bench.fp8_mqa_logits --variants): name -> (compressed, dtype).
-VARIANTS = {"full": (False, "float32"), "bf16": (False, "bfloat16"), "compressed": (True, "float32"),
-            "compressed-bf16": (True, "bfloat16")}
 
 
 # ---- worker: one tree's package, answering one JSON request per line ---------------------------
@@ -50,6 +47,7 @@ def worker(device_name: str) -> None:
 
     import aiter
     from aiter.bench import machine
+    from aiter.bench.fp8_mqa_logits import VARIANTS
     from aiter.testing.mqa_logits import make_inputs
 
     device = torch.device(device_name)
@@ -66,7 +64,7 @@ def worker(device_name: str) -> None:
             cached[key] = (q, kv, scales, weights, *_windows(mode, M, N, device))
         inputs, clean = cached[key], request["clean"]
         longest = int((inputs[5] - inputs[4]).clamp(min=0).max()) if compressed else 0
-        options = dict(max_seqlen_k=max(longest, 1) if compressed else 0, logits_dtype=getattr(torch, dtype))
+        options = dict(max_seqlen_k=max(longest, 1) if compressed else 0, logits_dtype=dtype)
         if request["what"] == "sample":
             out = aiter.fp8_mqa_logits(*inputs, clean, **options).float()
             rows = torch.linspace(0, out.shape[0] - 1, min(SAMPLED_ROWS, out.shape[0])).long().to(device)
@@ -122,6 +120,10 @@ def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
         return 0
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from aiter.bench.baselines import BENCHMARK_SHAPES
+    from aiter.bench.fp8_mqa_logits import VARIANTS
+
     parser = argparse.ArgumentParser(prog="python dev/ab.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR[:FLAGS]", help="exactly two")
     parser.add_argument("--heads", default="32,64")
@@ -140,9 +142,6 @@ def main(argv=None) -> int:
     if len(trees) != 2 or any(len(t) != 2 for t in trees):
         raise SystemExit("--tree: give exactly two, NAME=DIR[:FLAGS]")
     trees = [(name, *spec.partition(":")[::2]) for name, spec in trees]
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from aiter.bench.baselines import BENCHMARK_SHAPES
-
     device = "cpu" if args.smoke else "cuda"
     shapes = (("causal", 64, 256), ("short64", 200, 300)) if args.smoke else BENCHMARK_SHAPES + (SHORT_WINDOWS,)
     if args.shapes:

@@ -48,30 +48,17 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gfx950_fixed_grid_makespan.argtypes = [c_int, c_int, c_int, c_ll, c_ll, c_int, c_int, c_int]
     lib.gfx950_fixed_grid_makespan.restype = c_double
     lib.gfx950_choose_fixed_grid_splits.argtypes = [c_int, c_int, c_int, c_ll, c_ll, c_int, c_int]
-    lib.gfx950_block_facts.argtypes = [c_int] * 7 + [i32p]
-    lib.gfx950_block_facts.restype = None
     lib.gfx950_fixed_grid_costs.argtypes = [c_int] * 6 + [i32p, i32p, c_int, ctypes.POINTER(c_double)]
-    lib.gfx950_dma.argtypes = [c_int] * 6 + [i32p]
-    lib.gfx950_dma.restype = None
-    lib.gfx950_tile.argtypes = [c_int] * 5 + [i32p]
-    lib.gfx950_tile.restype = None
-    lib.gfx950_pair_chain.argtypes = [c_int] * 5 + [i32p]
-    lib.gfx950_pair_chain.restype = None
     lib.gfx950_tail.argtypes = [c_int] * 4 + [i32p]
-    lib.gfx950_tail_group.argtypes = [c_int] * 4 + [i32p]
-    lib.gfx950_tail_group.restype = None
     lib.gfx950_store_offset.restype = ctypes.c_uint
     lib.gfx950_fill_chunks.argtypes = [c_int] * 5
-    lib.gfx950_fill_position.argtypes = [c_int] * 6 + [i32p]
-    lib.gfx950_fill_position.restype = None
-    lib.gfx950_partial_chunks.argtypes = [c_int] * 4 + [i32p]
-    lib.gfx950_partial_chunks.restype = None
-    lib.gfx950_unit_positions.argtypes = [c_int] * 7 + [i32p]
-    lib.gfx950_unit_positions.restype = None
-    lib.gfx950_block_parts.argtypes = [c_int] * 5 + [i32p]
-    lib.gfx950_block_parts.restype = None
-    lib.gfx950_fill_schedule.argtypes = [c_int] * 5 + [i32p]
-    lib.gfx950_fill_schedule.restype = None
+    # The shim functions that take `ints` int arguments and write their results into an int32 array.
+    for name, ints in (("block_facts", 7), ("dma", 6), ("tile", 5), ("pair_chain", 5), ("tail_group", 4),
+                       ("fill_position", 6), ("partial_chunks", 4), ("unit_positions", 7), ("block_parts", 5),
+                       ("fill_schedule", 5)):
+        function = getattr(lib, f"gfx950_{name}")
+        function.argtypes = [c_int] * ints + [i32p]
+        function.restype = None
     return lib
 
 
