@@ -9,7 +9,7 @@ the cache) on the first call, never here.
 from .ops.fp8_mqa_logits import fp8_fp4_mqa_logits, fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
 from .ops.fp8_paged_mqa_logits import fp8_fp4_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm",
            "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported", "__version__"]
