@@ -370,11 +370,11 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
 def check_block_table(device=None):
     """Raises the ValueError naming block_table of an out-of-range entry that a paged call on ``device``
     (None: the current GPU when one is visible, else the CPU) read since the last report; returns None
-    when there was none. On a GPU it first waits for the calls issued on the device's current stream
-    (a host synchronisation): the kernel cannot raise, so it reads no memory through such an entry,
-    writes NaN for its keys and records it, and the next call on that device raises once the record
-    has reached the host (docs/operator.md, "Bad block_table entries"). A CPU call refuses a bad
-    entry itself, so on the CPU this does nothing."""
+    when there was none. On a GPU it first synchronises with the device's current stream: the kernel
+    cannot raise, so it reads no memory through such an entry, writes NaN for its keys and records it
+    in pinned host memory, and the next call on that device that finds the record raises
+    (docs/operator.md, "Bad block_table entries"). A CPU call refuses a bad entry itself, so on the
+    CPU this does nothing."""
     dev = _default_device() if device is None else torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())

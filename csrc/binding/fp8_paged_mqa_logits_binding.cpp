@@ -16,8 +16,9 @@
 // is no block of kv_cache (the backends check each entry where they read it: the CPU path refuses
 // the call after its kernel, a GPU kernel records the entry and a later call or check_block_table
 // refuses it), NotImplementedError for a device or option no compiled kernel serves, RuntimeError for
-// mixed devices, OutOfMemoryError naming max_context_len when the logits cannot be allocated. The fake kernels in aiter/ops/fp8_paged_mqa_logits.py repeat these
-// checks on metadata, in the same order and words: change both together.
+// mixed devices, OutOfMemoryError naming max_context_len when the logits cannot be allocated. The
+// fake kernels in aiter/ops/fp8_paged_mqa_logits.py repeat these checks on metadata, in the same
+// order and words: change both together.
 #include <torch/extension.h>
 
 #include <c10/core/DeviceGuard.h>
@@ -139,12 +140,13 @@ void refuse_recorded_bad_block(const char* op, const aiter::PagedBlockTableFault
   TORCH_CHECK_VALUE(false, op, "an earlier fp8_paged_mqa_logits call on ", device, " read block_table[",
                     fault.batch, ", ", fault.column, "] = ", fault.value, ", which is not a block of kv_cache "
                     "(num_blocks = ", fault.num_blocks, "): that call's logits of the entry's keys are NaN. It is "
-                    "reported now because the GPU does not stop for it; check_block_table(device) waits for the "
-                    "calls issued so far and reports at once (docs/operator.md, \"Bad block_table entries\")");
+                    "reported now because the GPU does not stop for it; check_block_table(device) synchronises with "
+                    "the device's current stream and reports at once (docs/operator.md, \"Bad block_table "
+                    "entries\")");
 }
 
-// Raises the bad entry that earlier calls on `device` recorded; with `wait` it first waits for the
-// calls issued on the current stream, else it only looks at a record already copied to the host.
+// Raises the bad entry that earlier calls on `device` recorded; with `wait` it first synchronises with
+// the current stream, else it reads the record as it is (no synchronisation).
 void check_recorded_bad_block(const char* op, const aiter::PagedGpuBackend& backend, const at::Device& device,
                               bool wait) {
   aiter::PagedBlockTableFault fault{};
@@ -333,8 +335,8 @@ at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache,
   return result;
 }
 
-// check_block_table(device): waits for the calls issued on the device's current stream and raises
-// the bad block_table entry they (or earlier calls) recorded. A CPU call refuses a bad entry itself.
+// check_block_table(device): synchronises with the device's current stream and raises the bad
+// block_table entry that the calls so far recorded. A CPU call refuses a bad entry itself.
 void check_paged_block_table(const std::string& device_name) {
   const at::Device device(device_name);
   constexpr const char kCheckOp[] = "check_block_table: ";
@@ -363,8 +365,8 @@ void register_fp8_paged_mqa_logits(pybind11::module_& m) {
         "multiple of 256 elements and 1024 bytes).");
   m.def("check_paged_block_table", &check_paged_block_table, py::arg("device"),
         py::call_guard<py::gil_scoped_release>(),
-        "Waits for the paged calls issued on the device's current stream and raises the ValueError of a "
-        "block_table entry that is no block of kv_cache, read by any paged call since the last report.");
+        "Synchronises with the device's current stream and raises the ValueError of a block_table entry "
+        "that is no block of kv_cache, read by a paged call since the last report.");
   m.def("paged_cpu_simd_variant", &paged_cpu_simd_variant,
         "The SIMD variant the paged CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
 }

@@ -34,7 +34,7 @@ struct PagedGpuBackend {
                           void* stream);
   const char* (*launch)(const Fp8PagedMqaLogitsParams& params, int device_index, void* stream);
   // The out-of-range block_table entry earlier launches recorded, into *fault (found = 0: none);
-  // with `wait` after waiting for the launches on `stream`. nullptr on success, else the error text.
+  // with `wait` after synchronising with `stream`. nullptr on success, else the error text.
   const char* (*take_block_table_fault)(int device_index, void* stream, bool wait, PagedBlockTableFault* fault);
 };
 

@@ -43,8 +43,10 @@ namespace aiter {
 // NaN floats behind Fp8PagedMqaLogitsParams::nan_scales: one block's scales for any served block_kv.
 constexpr int kPagedNanScales = 64;
 
-// Where a backend records the first out-of-range block_table entry it read. A GPU kernel writes it in
-// device memory (claimed by `found` going 0 -> 1, then the other fields), the CPU path on the host.
+// Where a backend records the first out-of-range block_table entry it read. The CPU path fills it on
+// the host; a GPU kernel writes it into pinned host memory mapped for the device (the thread that
+// claims the record writes the fields, fences, then sets `found`), so the host sees it without a
+// copy or a synchronisation.
 struct PagedBlockTableFault {
   int32_t found;   // 0: every entry read was a block of kv_cache
   int32_t batch;   // b of the entry block_table[b, column]
@@ -86,10 +88,11 @@ struct Fp8PagedMqaLogitsParams {
   int64_t out_stride;
   int64_t max_context_len;
   int64_t num_shares;  // schedule_meta rows - 1
-  // GPU kernels only: where the first bad block_table entry is recorded (device memory), and
-  // kPagedNanScales NaN floats, 16-byte aligned, that a bad entry's scales are copied from instead of
-  // the cache. The CPU path ignores both.
+  // GPU kernels only: where the first bad block_table entry is recorded (host-mapped memory), the
+  // device word a reporting thread claims it with (0 -> 1), and kPagedNanScales NaN floats, 16-byte
+  // aligned, that a bad entry's scales are copied from instead of the cache. The CPU path ignores them.
   PagedBlockTableFault* block_table_fault;
+  int32_t* block_table_claim;
   const float* nan_scales;
   LogitsDtype logits_dtype;
   bool lens_per_row;

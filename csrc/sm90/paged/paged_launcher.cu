@@ -8,7 +8,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 
 #include "sm90/capabilities.h"
@@ -23,9 +25,9 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-// The device's record of bad block_table entries and the NaN scales a bad entry's keys get (one
-// per device: module globals live in each device's context). Zero-initialised: no entry seen.
-__device__ PagedBlockTableFault g_block_table_fault;
+// The claim word of the device's bad block_table record and the NaN scales a bad entry's keys get
+// (one of each per device: module globals live in each device's context). Zero: nothing claimed.
+__device__ int32_t g_block_table_claim;
 #define AITER_NAN4 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u
 #define AITER_NAN16 AITER_NAN4, AITER_NAN4, AITER_NAN4, AITER_NAN4
 __device__ __align__(16) uint32_t g_nan_scale_bits[kPagedNanScales] = {AITER_NAN16, AITER_NAN16, AITER_NAN16,
@@ -35,15 +37,15 @@ __device__ __align__(16) uint32_t g_nan_scale_bits[kPagedNanScales] = {AITER_NAN
 
 namespace {
 
-// The host side of one device's record (scheme in launcher.h and docs/operator.md, "Bad block_table
-// entries"): the device addresses, a pinned host copy and the event of its last copy.
+// One device's bad block_table record (docs/operator.md, "Bad block_table entries"): the record in
+// pinned host memory that the kernels write through its mapped device address (only when they meet
+// a bad entry, so a good launch adds no work to the stream), the claim word and the NaN scales.
 struct FaultChannel {
   std::mutex mutex;
-  PagedBlockTableFault* device_record = nullptr;
+  PagedBlockTableFault* host_record = nullptr;    // pinned, mapped
+  PagedBlockTableFault* device_record = nullptr;  // its device address
+  int32_t* claim = nullptr;
   const float* nan_scales = nullptr;
-  PagedBlockTableFault* host_record = nullptr;  // pinned
-  cudaEvent_t copied = nullptr;
-  bool pending = false;  // a copy was issued and its result not yet looked at
 };
 
 constexpr int kMaxFaultDevices = 64;
@@ -58,42 +60,28 @@ bool is_capturing(cudaStream_t stream) {
   return cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone;
 }
 
-// The device addresses (current device: the binding's device guard). Caller holds the mutex.
-const char* open_device_side(FaultChannel& channel, cudaStream_t stream) {
-  if (channel.device_record != nullptr) return nullptr;
-  void* record = nullptr;
-  void* scales = nullptr;
-  if (cudaGetSymbolAddress(&record, g_block_table_fault) != cudaSuccess ||
-      cudaGetSymbolAddress(&scales, g_nan_scale_bits) != cudaSuccess)
-    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot find the block_table record's device address");
-  channel.device_record = static_cast<PagedBlockTableFault*>(record);
-  channel.nan_scales = static_cast<const float*>(scales);
-  return nullptr;
-}
-
-// The pinned host copy and its event (never during a capture). Caller holds the mutex.
-const char* open_host_side(FaultChannel& channel, cudaStream_t stream) {
+// The record, the claim word and the NaN scales of the current device (the binding's device guard),
+// made on first use. Caller holds the mutex.
+const char* open_channel(FaultChannel& channel, cudaStream_t stream) {
   if (channel.host_record != nullptr) return nullptr;
+  void* claim = nullptr;
+  void* scales = nullptr;
+  if (cudaGetSymbolAddress(&claim, g_block_table_claim) != cudaSuccess ||
+      cudaGetSymbolAddress(&scales, g_nan_scale_bits) != cudaSuccess)
+    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot find the block_table record's device words");
   void* host = nullptr;
-  if (cudaHostAlloc(&host, sizeof(PagedBlockTableFault), cudaHostAllocDefault) != cudaSuccess)
-    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot allocate the block_table record's pinned copy");
-  if (cudaEventCreateWithFlags(&channel.copied, cudaEventDisableTiming) != cudaSuccess) {
+  void* mapped = nullptr;
+  if (cudaHostAlloc(&host, sizeof(PagedBlockTableFault), cudaHostAllocMapped) != cudaSuccess)
+    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot allocate the block_table record (pinned, mapped)");
+  if (cudaHostGetDevicePointer(&mapped, host, 0) != cudaSuccess) {
     cudaFreeHost(host);
-    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot create the block_table record's event");
+    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot map the block_table record for the device");
   }
-  *static_cast<PagedBlockTableFault*>(host) = PagedBlockTableFault{};
+  std::memset(host, 0, sizeof(PagedBlockTableFault));
   channel.host_record = static_cast<PagedBlockTableFault*>(host);
-  return nullptr;
-}
-
-// Copies the device record behind the work on `stream` into the host copy, then records the event.
-const char* copy_record(FaultChannel& channel, cudaStream_t stream) {
-  if (const char* err = open_host_side(channel, stream)) return err;
-  if (cudaMemcpyAsync(channel.host_record, channel.device_record, sizeof(PagedBlockTableFault),
-                      cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-      cudaEventRecord(channel.copied, stream) != cudaSuccess)
-    return explain_failure(stream, "fp8_paged_mqa_logits (sm90): cannot copy the block_table record to the host");
-  channel.pending = true;
+  channel.device_record = static_cast<PagedBlockTableFault*>(mapped);
+  channel.claim = static_cast<int32_t*>(claim);
+  channel.nan_scales = static_cast<const float*>(scales);
   return nullptr;
 }
 
@@ -156,14 +144,15 @@ const char* launch(const Fp8PagedMqaLogitsParams& params, int device_index, void
   FaultChannel* channel = fault_channel(device_index);
   if (channel == nullptr) return "fp8_paged_mqa_logits (sm90): device index out of range";
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
-  const std::lock_guard<std::mutex> lock(channel->mutex);
-  if (const char* err = open_device_side(*channel, cuda_stream)) return err;
   Fp8PagedMqaLogitsParams with_record = params;
-  with_record.block_table_fault = channel->device_record;
-  with_record.nan_scales = channel->nan_scales;
-  if (const char* err = launch_kernel(with_record, device_index, cuda_stream)) return err;
-  // In a capture the record stays on the device (sticky until taken): the next eager call copies it.
-  return is_capturing(cuda_stream) ? nullptr : copy_record(*channel, cuda_stream);
+  {
+    const std::lock_guard<std::mutex> lock(channel->mutex);
+    if (const char* err = open_channel(*channel, cuda_stream)) return err;
+    with_record.block_table_fault = channel->device_record;
+    with_record.block_table_claim = channel->claim;
+    with_record.nan_scales = channel->nan_scales;
+  }
+  return launch_kernel(with_record, device_index, cuda_stream);
 }
 
 const char* take_block_table_fault(int device_index, void* stream, bool wait, PagedBlockTableFault* fault) {
@@ -172,26 +161,22 @@ const char* take_block_table_fault(int device_index, void* stream, bool wait, Pa
   if (channel == nullptr) return "fp8_paged_mqa_logits (sm90): device index out of range";
   const cudaStream_t cuda_stream = static_cast<cudaStream_t>(stream);
   const std::lock_guard<std::mutex> lock(channel->mutex);
-  if (channel->device_record == nullptr && !wait) return nullptr;  // no launch on this device yet
-  if (is_capturing(cuda_stream)) return nullptr;
-  if (wait) {
-    if (const char* err = open_device_side(*channel, cuda_stream)) return err;
-    if (const char* err = copy_record(*channel, cuda_stream)) return err;
-    if (cudaEventSynchronize(channel->copied) != cudaSuccess)
-      return explain_failure(cuda_stream, "fp8_paged_mqa_logits (sm90): waiting for the block_table record failed");
-  } else {
-    if (!channel->pending) return nullptr;
-    const cudaError_t done = cudaEventQuery(channel->copied);
-    if (done == cudaErrorNotReady) return nullptr;  // looked at by a later call
-    if (done != cudaSuccess) return launch_error_text(done);
-  }
-  channel->pending = false;
-  if (channel->host_record->found != 0) {
-    *fault = *channel->host_record;
-    channel->host_record->found = 0;
-    if (cudaMemsetAsync(channel->device_record, 0, sizeof(PagedBlockTableFault), cuda_stream) != cudaSuccess)
-      return explain_failure(cuda_stream, "fp8_paged_mqa_logits (sm90): cannot reset the block_table record");
-  }
+  if (channel->host_record == nullptr) return nullptr;  // no launch on this device yet
+  if (is_capturing(cuda_stream)) return nullptr;      // a capture neither waits nor resets
+  if (wait && cudaStreamSynchronize(cuda_stream) != cudaSuccess)
+    return explain_failure(cuda_stream, "fp8_paged_mqa_logits (sm90): waiting for the paged calls failed");
+  volatile PagedBlockTableFault* record = channel->host_record;
+  if (record->found == 0) return nullptr;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the fields were written before `found`
+  fault->found = 1;
+  fault->batch = record->batch;
+  fault->column = record->column;
+  fault->value = record->value;
+  fault->num_blocks = record->num_blocks;
+  record->found = 0;
+  // Kernels behind this point on the stream may claim the record again.
+  if (cudaMemsetAsync(channel->claim, 0, sizeof(int32_t), cuda_stream) != cudaSuccess)
+    return explain_failure(cuda_stream, "fp8_paged_mqa_logits (sm90): cannot reset the block_table record");
   return nullptr;
 }
 

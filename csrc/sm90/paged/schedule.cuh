@@ -35,16 +35,18 @@ __device__ __forceinline__ int visible_blocks(const PagedArgs& args, int64_t bat
 }
 
 // Records an out-of-range block_table[b, column] = value the kernel read (and did not use): the
-// first thread to claim the record (found 0 -> 1) fills it; the host reads it after the kernel.
+// first thread to claim the record (its device word 0 -> 1) writes the fields into the host-mapped
+// record, fences at system scope, then sets `found`, so a host that sees `found` sees the fields.
 // A caller bug, so this is the cold path of a branch.
 __device__ __forceinline__ void report_bad_block(const PagedArgs& args, int64_t b, int64_t column, int32_t value) {
-  PagedBlockTableFault* fault = args.block_table_fault;
-  if (atomicCAS(&fault->found, 0, 1) == 0) {
-    fault->batch = static_cast<int32_t>(b);
-    fault->column = static_cast<int32_t>(column);
-    fault->value = value;
-    fault->num_blocks = args.num_blocks;
-  }
+  if (atomicCAS(args.block_table_claim, 0, 1) != 0) return;
+  volatile PagedBlockTableFault* fault = args.block_table_fault;
+  fault->batch = static_cast<int32_t>(b);
+  fault->column = static_cast<int32_t>(column);
+  fault->value = value;
+  fault->num_blocks = args.num_blocks;
+  __threadfence_system();
+  fault->found = 1;
 }
 
 // An int32 block id is a block of the cache when its unsigned value is below this: num_blocks,
