@@ -260,3 +260,153 @@ def test_scratch_allocation_failure_is_a_clear_error():
     line = _run_child(_OOM_SCRIPT, [], {"AITER_FP8_MQA_CPU_CHUNKS": "1048576,4,256"})
     assert line.startswith("RuntimeError:"), line
     assert "out of memory" in line and "kQScratchBytes + kKtScratchBytes" in line, line
+
+
+# ---- the paged CPU path: the same bounds ----------------------------------------------------------
+
+# csrc/cpu/fp8_paged_mqa_logits_cpu.h: a batch's decoded Q rows (next_n * H * D floats) above
+# kPagedQScratchBytes = 1 MiB, or a key group's Kt[D][64] above kPagedKtScratchBytes = 256 KiB
+# (D > 1024), take the chunked path, which gives the whole-depth path's bits.
+PAGED_CHUNKED_CASES = [
+    pytest.param([130, 0, 77, 3], 2, 3, 2000, 16, id="D2000"),
+    pytest.param([70, 65, 1], 1, 2100, 128, 64, id="H2100-D128"),
+    pytest.param([40, 17, 90], 3, 5, 1500, 100, id="n3-D1500-block100"),
+]
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "noclean"])
+@pytest.mark.parametrize("lens,next_n,H,D,block_kv", PAGED_CHUNKED_CASES)
+def test_paged_chunked_path_against_reference(cpu_variant, lens, next_n, H, D, block_kv, clean):
+    """Large D and large H (the paged chunked path) meet the CPU bar against the float64 reference,
+    the L2 bar widened for many heads as for prefill (cpu_rel_l2_bar)."""
+    import test_paged_mqa_logits as paged
+
+    from aiter.testing.paged_mqa_logits import make_paged_case
+
+    args = make_paged_case(lens, next_n, H, D, block_kv, seed=D + H)
+    saved = dict(paged.REL_L2_BAR)
+    paged.REL_L2_BAR["cpu"] = cpu_rel_l2_bar(H)
+    try:
+        paged.check_result(paged.call(args, clean_logits=clean), paged.reference(args, clean), "cpu", clean)
+    finally:
+        paged.REL_L2_BAR.update(saved)
+
+
+PAGED_FORCED_CASES = [
+    pytest.param([130, 0, 77, 1, 64], 3, 7, 65, 16, id="H7-D65"),
+    pytest.param([300, 5, 129], 2, 33, 128, 64, id="H33-D128"),
+    pytest.param([40, 2, 17], 1, 1, 3, 7, id="H1-D3"),
+]
+
+
+@pytest.mark.parametrize("chunks", ["7,4", "1,8", "4096,4", "64,64"])
+@pytest.mark.parametrize("lens,next_n,H,D,block_kv", PAGED_FORCED_CASES)
+def test_paged_forced_chunking_is_bitwise_equal(cpu_variant, monkeypatch, lens, next_n, H, D, block_kv, chunks):
+    """AITER_FP8_PAGED_CPU_CHUNKS forces the paged chunked path: every output bit (clean, and the seen
+    columns when not clean) equals the whole-depth path's, for 1, 2 and 3 threads."""
+    import test_paged_mqa_logits as paged
+
+    from aiter.testing.paged_mqa_logits import make_paged_case
+
+    args = make_paged_case(lens, next_n, H, D, block_kv, seed=H + D)
+    expected = paged.call(args, clean_logits=True).view(torch.int32)
+    seen = torch.isfinite(expected.view(torch.float32))
+    monkeypatch.setenv("AITER_FP8_PAGED_CPU_CHUNKS", chunks)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            assert torch.equal(paged.call(args, clean_logits=True).view(torch.int32), expected), f"{threads} threads"
+            assert torch.equal(paged.call(args).view(torch.int32)[seen], expected[seen])
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_paged_malformed_chunk_override_is_a_clear_error(monkeypatch):
+    from aiter.testing.paged_mqa_logits import make_paged_case
+    import test_paged_mqa_logits as paged
+
+    args = make_paged_case([20, 3], 1, 4, 16, 16)
+    for bad in ("16,6", "0,4", "8", "8,4,64", "x,4"):
+        monkeypatch.setenv("AITER_FP8_PAGED_CPU_CHUNKS", bad)
+        with pytest.raises(RuntimeError, match="AITER_FP8_PAGED_CPU_CHUNKS"):
+            paged.call(args)
+
+
+_PAGED_PEAK_SCRIPT = textwrap.dedent(
+    """
+    import json, re, sys, torch
+    from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits
+    from aiter.testing.paged_mqa_logits import reference_paged_logits
+    next_n, H, D, keys = map(int, sys.argv[1:5])
+    i32 = dict(dtype=torch.int32)
+    def status(key):  # kB
+        return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
+    def run(q, cache, weights, lens, table):
+        return fp8_paged_mqa_logits(q, cache, weights, lens, table, torch.zeros(2, 2, **i32), keys,
+                                    clean_logits=True)
+    # Warm-up: loads the module, starts the thread pool, gives each thread its malloc arena.
+    run(torch.ones(1, next_n, 4, 8).to(torch.float8_e4m3fn), torch.ones(1, keys, 1, 12, dtype=torch.uint8),
+        torch.ones(next_n, 4), torch.full((1,), keys, **i32), torch.zeros(1, 1, **i32))
+    baseline = status("VmRSS")
+    g = torch.Generator().manual_seed(0)
+    def fp8_bytes(n):  # e4m3 bytes of both signs, never NaN, filled in small slices
+        t = torch.empty(n, dtype=torch.uint8)
+        for i in range(0, n, 1 << 16):
+            m = min(1 << 16, n - i)
+            t[i:i + m] = torch.randint(0, 0x7F, (m,), dtype=torch.uint8, generator=g) | (
+                torch.randint(0, 2, (m,), dtype=torch.uint8, generator=g) << 7)
+        return t
+    q = fp8_bytes(next_n * H * D).view(torch.float8_e4m3fn).view(1, next_n, H, D)
+    # One block of `keys` keys: keys * D key bytes, then the float32 scales. With one head, each key is
+    # q itself (so every dot is > 0 and the value check cannot pass on relu zeros alone).
+    cache = torch.empty(1, keys, 1, D + 4, dtype=torch.uint8)
+    flat = cache.view(-1)
+    for k in range(keys):
+        flat[k * D:(k + 1) * D] = q.view(torch.uint8).view(-1)[:D] if H == 1 else fp8_bytes(D)
+    flat[keys * D:].view(torch.float32).fill_(0.5)
+    weights = torch.full((next_n, H), 1.0 / H)
+    lens, table = torch.full((1,), keys, **i32), torch.zeros(1, 1, **i32)
+    before = status("VmRSS")
+    open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM (the peak) to the current RSS
+    out = run(q, cache, weights, lens, table)
+    peak = status("VmHWM")
+    # The value, against float64, within the worst-case bound of its fp32 sums (D terms over d, then H
+    # over h: (D + H) 2^-24 of the sum of the terms' magnitudes): at these depths the contract's
+    # per-row bound, set for real head dims, is below what any sequential fp32 sum can promise.
+    ref = reference_paged_logits(q, cache, weights, lens, table, keys, clean_logits=True)
+    k = cache.view(-1)[:keys * D].view(torch.float8_e4m3fn).view(keys, D).double().abs()
+    magnitude = torch.einsum("jhd,kd->jhk", q[0].double().abs(), k)
+    magnitude = (magnitude * 0.5 * weights.double().abs()[:, :, None]).sum(1)
+    inside = torch.isfinite(ref)  # with [B] lengths, the batch's first rows see fewer keys: -inf after
+    assert torch.equal(torch.isneginf(out), ~inside)
+    err = ((out.double() - ref)[inside].abs() / ((D + H) * 2.0**-24 * magnitude[inside] + 1e-30)).max().item()
+    print(json.dumps(dict(baseline=baseline, before=before, peak=peak, row_err=err)))
+    """
+)
+
+# (next_n, H, D, keys, allowed growth of the peak over the RSS just before the call). Whole-depth, the
+# D = 4M call would take 64 x 4M floats (1 GiB) of K per thread and the H = 1M one 32 MiB of Q;
+# chunked, both grow by the small scratch and the logits.
+PAGED_PEAK_CASES = [
+    pytest.param(1, 1, 4 << 20, 3, 16 * MiB, id="D4M"),
+    pytest.param(2, 1 << 19, 8, 5, 16 * MiB, id="n2-H512K-D8"),
+]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_reset_peak_rss(),
+                    reason="needs Linux's /proc/self/clear_refs to reset the peak RSS")
+@pytest.mark.parametrize("next_n,H,D,keys,allowed", PAGED_PEAK_CASES)
+def test_paged_peak_rss_of_huge_d_and_h(next_n, H, D, keys, allowed):
+    """The paged CPU path's peak RSS (VmHWM, reset just before the call) stays within the RSS before
+    the call (inputs included) + a few MiB, as prefill's; the value is within its fp32 sums' worst-case
+    bound of the float64 result."""
+    import json
+
+    r = json.loads(_run_child(_PAGED_PEAK_SCRIPT, [next_n, H, D, keys], timeout=300))
+    growth = r["peak"] - r["before"]
+    print(f"next_n={next_n} H={H} D={D} keys={keys}: {r['before'] / MiB:.0f} MiB before the call, peak "
+          f"{r['peak'] / MiB:.0f} MiB: +{growth / MiB:.1f} MiB (allowed {allowed / MiB:.0f}); error "
+          f"{r['row_err']:.2e} of the fp32 bound")
+    assert growth < allowed
+    assert r["row_err"] <= 1.0

@@ -259,7 +259,8 @@ def test_cpu_simd_variant_is_the_prefill_paths_arithmetic(cpu_variant):
 
 
 def test_cpu_block_table_entry_a_row_needs_is_checked():
-    """A visible entry that is no block of kv_cache is a ValueError naming it, before anything runs."""
+    """A visible entry that is no block of kv_cache is a ValueError naming it (the kernel checks each
+    entry where it reads it, and reads nothing through a bad one; test_paged_block_table.py has more)."""
     args = make_paged_case([40, 17], 2, 8, 32, 16, seed=5)
     num_blocks = args["kv_cache"].shape[0]
     for bad in (-1, num_blocks, 10**9):
@@ -575,6 +576,7 @@ BAD_INPUTS = [
     ("q-zero-next_n", lambda a: a.update(q=a["q"][:, :0], weights=a["weights"][:0]), ValueError, r"\bq must have next_n >= 1 tokens per batch, H >= 1 heads and head dim D >= 1"),
     ("q-zero-heads", lambda a: a.update(q=a["q"][:, :, :0], weights=a["weights"][:, :0]), ValueError, r"\bq must have next_n >= 1 tokens per batch, H >= 1 heads"),
     ("kv_cache-zero-block_kv", lambda a: a.update(kv_cache=cache_with(a, block_kv=0)), ValueError, r"\bkv_cache must have block_kv >= 1 keys per block"),
+    ("kv_cache-block_kv-beyond-int32", lambda a: a.update(kv_cache=cache_with(a, num_blocks=0, block_kv=2**40)), ValueError, r"\bkv_cache must have block_kv <= 2\^31 - 1 keys per block \(context lengths are int32"),
     ("kv_cache-two-heads", lambda a: a.update(kv_cache=cache_with(a, heads=2)), ValueError, r"\bkv_cache\.size\(2\) must be one K head = 1"),
     ("kv_cache-row-D", lambda a: a.update(kv_cache=cache_with(a, row=D0)), ValueError, r"\bkv_cache\.size\(3\) must be D \+ 4 \(q's head dim D, then a float32 scale\) = 20, got shape"),
     ("kv_cache-row-D+8", lambda a: a.update(kv_cache=cache_with(a, row=D0 + 8)), ValueError, r"\bkv_cache\.size\(3\) must be D \+ 4"),
@@ -644,6 +646,9 @@ BAD_CALLS = [
     ("max_context_len-negative", lambda a: call(dict(a, max_context_len=-1)), ValueError, r"^fp8_paged_mqa_logits: max_context_len must be an int >= 0"),
     ("max_context_len-float", lambda a: call(dict(a, max_context_len=24.0)), ValueError, r"^fp8_paged_mqa_logits: max_context_len must be an int >= 0"),
     ("logits_dtype-float16", lambda a: call(a, logits_dtype=torch.float16), ValueError, r"^fp8_paged_mqa_logits: logits_dtype must be torch\.float32 or torch\.bfloat16, got torch\.float16"),
+    ("logits_dtype-str", lambda a: call(a, logits_dtype="float32"), TypeError, r"^fp8_paged_mqa_logits: logits_dtype must be torch\.float32 or torch\.bfloat16 \(a torch\.dtype, not a string\), got str 'float32'"),
+    ("fp4-logits_dtype-str", lambda a: fp8_fp4_paged_mqa_logits((a["q"], None), *_op_args(a)[1:], logits_dtype="bfloat16"), TypeError, r"^fp8_fp4_paged_mqa_logits: logits_dtype must be torch\.float32 or torch\.bfloat16 \(a torch\.dtype"),
+    ("metadata-block_kv-2^62", lambda a: get_paged_mqa_logits_metadata(a["context_lens"], 2**62, 8), ValueError, r"^get_paged_mqa_logits_metadata: block_kv must be <= 2\^31 - 1 \(context lengths are int32"),
     ("indices", lambda a: call(a, indices=torch.zeros(3, dtype=torch.int32)), NotImplementedError, r"^fp8_paged_mqa_logits: indices \(DeepGEMM's varlen batching"),
     ("fp4-q-scale", lambda a: fp8_fp4_paged_mqa_logits((a["q"], torch.ones(3)), *_op_args(a)[1:]), NotImplementedError, r"^fp8_fp4_paged_mqa_logits: a q scale means FP4 queries"),
     ("fp4-q-not-a-pair", lambda a: fp8_fp4_paged_mqa_logits(a["q"], *_op_args(a)[1:]), TypeError, r"^fp8_fp4_paged_mqa_logits: q must be the pair"),
@@ -657,6 +662,8 @@ BAD_METADATA = [
     ("rank3", lambda lens: (lens.view(3, 1, 1), 8, 8), ValueError, r"context_lens must be 1-D \[B\] or 2-D \[B, next_n\]"),
     ("non-contiguous", lambda lens: (strided(lens), 8, 8), ValueError, r"context_lens must be contiguous"),
     ("block_kv-0", lambda lens: (lens, 0, 8), ValueError, r"block_kv must be >= 1 \(keys per cache block\), got 0"),
+    ("block_kv-2^31", lambda lens: (lens, 2**31, 8), ValueError, r"block_kv must be <= 2\^31 - 1 \(context lengths are int32, so no row sees more keys than that\), got 2147483648"),
+    ("block_kv-2^63-1", lambda lens: (lens, 2**63 - 1, 8), ValueError, r"block_kv must be <= 2\^31 - 1 .*got 9223372036854775807"),
     ("num_sms-0", lambda lens: (lens, 8, 0), ValueError, r"num_sms must be >= 1 and < 2\^31 - 1"),
     ("num_sms-int32-max", lambda lens: (lens, 8, 2**31 - 1), ValueError, r"num_sms must be >= 1 and < 2\^31 - 1"),
 ]
@@ -687,6 +694,55 @@ def test_good_arguments_after_bad_ones_still_work():
     with pytest.raises(ValueError):
         call(dict(args, block_table=args["block_table"][:, :1]))
     check_result(call(args, clean_logits=True), reference(args), "cpu", True)
+
+
+def test_metadata_of_the_largest_block_kv_is_exact():
+    """block_kv = 2^31 - 1 (the largest accepted) gives the same schedule as any block_kv above every
+    length (one unit per batch with keys): no overflow in the unit count."""
+    lens = torch.tensor([5, 0, 70, 2**31 - 1, 9], dtype=torch.int32)
+    same_units = torch.tensor([5, 0, 70, 1, 9], dtype=torch.int32)  # with block_kv = 100: one unit a batch too
+    for shares in (1, 3, 7):
+        assert torch.equal(get_paged_mqa_logits_metadata(lens, 2**31 - 1, shares),
+                           get_paged_mqa_logits_metadata(same_units, 100, shares))
+
+
+def _huge_logits_args(rows):
+    """Arguments whose logits are [rows, 2^31 - 1] float32: an empty cache of blocks of 2^31 - 1 keys,
+    every length 0 (nothing is read)."""
+    i32 = dict(dtype=torch.int32)
+    return dict(q=torch.zeros(rows, 1, 1, 1).to(FP8), kv_cache=torch.zeros(0, 2**31 - 1, 1, 5, dtype=torch.uint8),
+                weights=torch.zeros(rows, 1), context_lens=torch.zeros(rows, **i32),
+                block_table=torch.zeros(rows, 1, **i32), schedule_meta=torch.zeros(2, 2, **i32),
+                max_context_len=2**31 - 1)
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])
+def test_logits_beyond_2_48_bytes_name_max_context_len(fake):
+    """A result no machine holds (2^16 rows of 2^31 - 1 columns: 2^49 bytes) is a ValueError naming
+    max_context_len before anything is allocated, from the real op and the fake kernel alike."""
+    args = _huge_logits_args(1 << 16)
+    with pytest.raises(ValueError, match=r"^fp8_paged_mqa_logits: the logits \[B \* next_n = 65536, max_context_len = "
+                                         r"2147483647\] would take more than 2\^48 bytes .*max_context_len \(or B \* "
+                                         r"next_n\) is too large"):
+        call_fake(args) if fake else call(args)
+
+
+def _overcommit_always():
+    try:
+        return open("/proc/sys/vm/overcommit_memory").read().strip() == "1"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_overcommit_always(), reason="vm.overcommit_memory = 1 may map a 192 TiB logits tensor")
+def test_unallocatable_logits_name_max_context_len():
+    """A result within the bound that the allocator cannot provide (24576 rows of 2^31 - 1 float32
+    columns: 192 TiB, more than a 47-bit address space) is an OutOfMemoryError naming max_context_len."""
+    args = _huge_logits_args(24576)
+    with pytest.raises(torch.OutOfMemoryError, match=r"^fp8_paged_mqa_logits: cannot allocate the logits \[B \* next_n "
+                                                     r"= 24576, max_context_len = 2147483647\] .* on cpu: max_context_len"):
+        call(args)
+    check_result(call(good_args(), clean_logits=True), reference(good_args()), "cpu", True)
 
 
 def test_schedule_meta_is_not_trusted_on_the_cpu():

@@ -111,6 +111,13 @@ BAD_INPUTS = [
     ("weights-sparse", lambda a: a.update(weights=a["weights"].to_sparse()), {}, ValueError, r"\bweights must be a dense \(strided\) tensor"),
     ("split_n-negative", lambda a: None, {"split_n": -1}, ValueError, r"\bsplit_n must be >= 0"),
     ("split_n-on-cpu", lambda a: None, {"split_n": 2}, ValueError, r"\bsplit_n .*fixed grid \(gfx950\); the CPU path has none"),
+    ("split_n-half", lambda a: None, {"split_n": 0.5}, TypeError, r"^fp8_mqa_logits: split_n must be an int or None .*, got float 0\.5"),
+    ("split_n-str", lambda a: None, {"split_n": "0"}, TypeError, r"^fp8_mqa_logits: split_n must be an int or None .*, got str '0'"),
+    ("split_n-False", lambda a: None, {"split_n": False}, TypeError, r"^fp8_mqa_logits: split_n must be an int or None .*, got bool False"),
+    ("split_n-True", lambda a: None, {"split_n": True}, TypeError, r"^fp8_mqa_logits: split_n must be an int or None .*, got bool True"),
+    ("logits_dtype-str", lambda a: None, {"logits_dtype": "float32"}, TypeError, r"^fp8_mqa_logits: logits_dtype must be torch\.float32 or torch\.bfloat16 \(a torch\.dtype, not a string\), got str 'float32'"),
+    ("max_seqlen_k-beyond-2^48-bytes", lambda a: None, {"max_seqlen_k": 2**62}, ValueError, r"^fp8_mqa_logits: the logits \[M = 5, max_seqlen_k = 4611686018427387904\] would take more than 2\^48 bytes: max_seqlen_k \(or M\) is too large"),
+    ("max_seqlen_k-int64-max", lambda a: None, {"max_seqlen_k": 2**63 - 1}, ValueError, r"\bthe logits \[M = 5, max_seqlen_k = 9223372036854775807\] would take more than 2\^48 bytes"),
     # devices a CPU-only machine can check: "meta" tensors mixed with CPU ones
     ("kv-on-meta", lambda a: a.update(kv=a["kv"].to("meta")), {}, RuntimeError, r"\bkv is on meta but q is on cpu"),
     ("weights-on-meta", lambda a: a.update(weights=a["weights"].to("meta")), {}, RuntimeError, r"\bweights is on meta but q is on cpu"),
@@ -290,6 +297,35 @@ def test_clean_logits_must_be_a_bool(value):
     with pytest.raises(TypeError, match=r"^fp8_mqa_logits_deepgemm: clean_logits must be a bool"):
         fp8_mqa_logits_deepgemm(args["q"], (args["kv"], args["kv_scales"]), args["weights"], args["cu_starts"],
                                 args["cu_ends"], value)
+
+
+def test_logits_dtype_str_in_deepgemm_form_is_a_clear_error():
+    from aiter.ops.fp8_mqa_logits import fp8_fp4_mqa_logits
+
+    args = good_args()
+    with pytest.raises(TypeError, match=r"^fp8_fp4_mqa_logits: logits_dtype must be torch\.float32 or torch\.bfloat16 "
+                                        r"\(a torch\.dtype, not a string\), got str 'bfloat16'"):
+        fp8_fp4_mqa_logits((args["q"], None), (args["kv"], args["kv_scales"]), args["weights"], args["cu_starts"],
+                           args["cu_ends"], logits_dtype="bfloat16")
+
+
+def _overcommit_always():
+    try:
+        return open("/proc/sys/vm/overcommit_memory").read().strip() == "1"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_overcommit_always(), reason="vm.overcommit_memory = 1 may map a 160 TiB logits tensor")
+def test_unallocatable_logits_name_max_seqlen_k():
+    """A result within the 2^48-byte bound that the allocator cannot provide (5 rows of 2^43 float32
+    columns: 160 TiB, more than a 47-bit address space) is an OutOfMemoryError naming max_seqlen_k,
+    not the allocator's bare message."""
+    args = good_args()
+    with pytest.raises(torch.OutOfMemoryError, match=r"^fp8_mqa_logits: cannot allocate the logits \[M = 5, "
+                                                     r"max_seqlen_k = 8796093022208\] on cpu: max_seqlen_k \(or M\) is too large"):
+        call(args, max_seqlen_k=2**43)
+    call(args)  # the module still works
 
 
 # ---- M == 0 or N == 0 ------------------------------------------------------------------------------

@@ -358,6 +358,23 @@ def _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, out, split_n,
                          f"the {backend.name} kernel has none, so pass split_n=0 or None")
 
 
+# The most bytes a logits tensor the op allocates may take (the binding's kMaxLogitsBytes).
+_MAX_LOGITS_BYTES = 1 << 48
+
+
+def _check_logits_size(rows, cols, dtype, compressed):
+    """The binding's check_logits_size: a new [rows, cols] result (row stride padded to 256 bytes)
+    within 2^48 bytes, else a ValueError naming the width."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    per_256_bytes = 256 // itemsize
+    width = "max_seqlen_k" if compressed else "N"
+    fits = cols <= _MAX_LOGITS_BYTES // itemsize and (
+        rows == 0 or max(1, (cols + per_256_bytes - 1) // per_256_bytes) * 256 <= _MAX_LOGITS_BYTES // max(rows, 1))
+    why = ("max_seqlen_k (or M) is too large" if compressed else
+           "q's M and kv's N are too large for the full layout (max_seqlen_k > 0 gives the compressed one)")
+    _require(fits, ValueError, lambda: f"the logits [M = {rows}, {width} = {cols}] would take more than 2^48 bytes: {why}")
+
+
 def _new_logits(q, rows, cols, dtype):
     """What the binding's allocate_logits returns: [rows, cols] with the row stride padded to 256 bytes."""
     per_256_bytes = 256 // torch.empty((), dtype=dtype).element_size()
@@ -370,7 +387,9 @@ def _functional_fake(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits
                      logits_dtype=None):
     _check_metadata(q, kv, kv_scales, weights, cu_starts, cu_ends, None, split_n, max_seqlen_k, logits_dtype)
     width = max_seqlen_k if max_seqlen_k > 0 else kv.shape[0]
-    return _new_logits(q, q.shape[0], width, torch.float32 if logits_dtype is None else logits_dtype)
+    dtype = torch.float32 if logits_dtype is None else logits_dtype
+    _check_logits_size(q.shape[0], width, dtype, max_seqlen_k > 0)
+    return _new_logits(q, q.shape[0], width, dtype)
 
 
 @torch.library.register_fake("aiter::fp8_mqa_logits_out", lib=_lib)
@@ -407,7 +426,8 @@ def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None
         raise TypeError(f"fp8_mqa_logits() missing required argument(s): {', '.join(missing)}")
     _check_bool(clean_logits, "clean_logits", "fp8_mqa_logits")
     max_seqlen_k = _check_max_seqlen_k(max_seqlen_k, "fp8_mqa_logits")
-    split = 0 if split_n is None else int(split_n)
+    _check_logits_dtype_type(logits_dtype, "fp8_mqa_logits")
+    split = _check_split_n(split_n, "fp8_mqa_logits")
     if out is None:
         return _FUNCTIONAL_OP(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, split, max_seqlen_k,
                               logits_dtype)
@@ -423,6 +443,23 @@ def _check_max_seqlen_k(value, function):
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{function}: max_seqlen_k must be an int >= 0 (0 = the full [M, N] layout), got {value!r}")
     return value
+
+
+def _check_split_n(value, function):
+    # An int or None; int(x) would read 0.5 and "0" as 0 and a bool as 0 or 1.
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{function}: split_n must be an int or None (the fixed grid's splits; None or 0 = the "
+                        f"kernel's own choice), got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_logits_dtype_type(value, function):
+    # The op's schema takes a torch.dtype; say so by name rather than with torch's schema message.
+    if value is not None and not isinstance(value, torch.dtype):
+        raise TypeError(f"{function}: logits_dtype must be torch.float32 or torch.bfloat16 (a torch.dtype, not a "
+                        f"string), got {type(value).__name__} {value!r}")
 
 
 def _check_bool(value, name, function):
@@ -461,6 +498,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     kv_fp8, kv_scales = _kv_pair(kv, "fp8_fp4_mqa_logits")
     _check_bool(clean_logits, "clean_logits", "fp8_fp4_mqa_logits")
     max_seqlen_k = _check_max_seqlen_k(max_seqlen_k, "fp8_fp4_mqa_logits")
+    _check_logits_dtype_type(logits_dtype, "fp8_fp4_mqa_logits")
     return fp8_mqa_logits(q_fp8, kv_fp8, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
                           max_seqlen_k=max_seqlen_k, logits_dtype=logits_dtype)
 

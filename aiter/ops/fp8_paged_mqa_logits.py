@@ -26,10 +26,11 @@ import torch
 from torch.autograd import forward_ad
 
 from aiter.ops.fp8_mqa_logits import (_AFTER_AUTOGRAD, _C10_DTYPE_NAMES, _C10_LAYOUT_NAMES, _INT32_MAX,
-                                      _LOGITS_DTYPE_NAMES, _check_bool, _default_device, _dtype_name, _gpu_backend, _module,
-                                      _next_is_backend)
+                                      _LOGITS_DTYPE_NAMES, _MAX_LOGITS_BYTES, _check_bool, _check_logits_dtype_type,
+                                      _default_device, _dtype_name, _gpu_backend, _module, _next_is_backend)
 
-__all__ = ["fp8_fp4_paged_mqa_logits", "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported"]
+__all__ = ["check_block_table", "fp8_fp4_paged_mqa_logits", "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata",
+           "is_supported"]
 
 _lib = torch.library.Library("aiter", "FRAGMENT")
 _lib.define("get_paged_mqa_logits_metadata(Tensor context_lens, int block_kv, int num_sms) -> Tensor")
@@ -95,7 +96,7 @@ _lib.impl("fp8_paged_mqa_logits", _logits_autograd, "Autograd", with_keyset=True
 # They refuse what csrc/binding/fp8_paged_mqa_logits_binding.cpp refuses, in the same order, with the
 # same exception types and messages (op_tests/test_paged_mqa_logits.py runs every bad input through
 # both); keep the two in step. Left to the real op, because they read tensor values: whether a
-# block_table entry a row needs is a block of kv_cache (CPU tensors).
+# block_table entry a row needs is a block of kv_cache (checked by each backend where it reads it).
 
 
 def _require(cond, error, op, message):
@@ -164,6 +165,9 @@ def _check_metadata_args(context_lens, block_kv, num_sms):
     op = _METADATA
     _check_dense(context_lens, "context_lens", op)
     _require(block_kv >= 1, ValueError, op, lambda: f"block_kv must be >= 1 (keys per cache block), got {block_kv}")
+    _require(block_kv <= _INT32_MAX, ValueError, op,
+             lambda: f"block_kv must be <= 2^31 - 1 (context lengths are int32, so no row sees more keys than that), "
+                     f"got {block_kv}")
     _require(1 <= num_sms < _INT32_MAX, ValueError, op,
              lambda: f"num_sms must be >= 1 and < 2^31 - 1 (the number of work shares: the GPU's SM count), got "
                      f"{num_sms}")
@@ -211,6 +215,9 @@ def _check_logits_args(q, kv_cache, weights, context_lens, block_table, schedule
     num_blocks, block_kv = kv_cache.shape[0], kv_cache.shape[1]
     _require(block_kv >= 1, ValueError, _OP,
              lambda: f"kv_cache must have block_kv >= 1 keys per block, got shape {list(kv_cache.shape)}")
+    _require(block_kv <= _INT32_MAX, ValueError, _OP,
+             lambda: f"kv_cache must have block_kv <= 2^31 - 1 keys per block (context lengths are int32, so no row "
+                     f"sees more keys than that), got shape {list(kv_cache.shape)}")
     _check_size(kv_cache, "kv_cache", 2, 1, "one K head")
     _check_size(kv_cache, "kv_cache", 3, D + 4, "D + 4 (q's head dim D, then a float32 scale)")
     _check_size(weights, "weights", 0, B * next_n, "q's B * next_n")
@@ -248,6 +255,17 @@ def _check_logits_args(q, kv_cache, weights, context_lens, block_table, schedule
     _check_contiguous(schedule_meta, "schedule_meta")
 
 
+def _check_paged_logits_size(rows, cols, dtype):
+    """The binding's check_logits_size: the new [rows, cols] result within 2^48 bytes."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    multiple = max(256, 1024 // itemsize)
+    fits = cols <= _MAX_LOGITS_BYTES // itemsize and (
+        rows == 0 or max(1, (cols + multiple - 1) // multiple) * multiple * itemsize <= _MAX_LOGITS_BYTES // max(rows, 1))
+    _require(fits, ValueError, _OP,
+             lambda: f"the logits [B * next_n = {rows}, max_context_len = {cols}] would take more than 2^48 bytes (rows "
+                     f"padded to a multiple of {multiple} elements): max_context_len (or B * next_n) is too large")
+
+
 def _new_paged_logits(q, rows, cols, dtype):
     """What the binding's allocate_paged_logits returns: [rows, cols], the row pitch a multiple of 256
     elements and of 1024 bytes (DeepGEMM's, which callers read through stride(0))."""
@@ -267,7 +285,9 @@ def _logits_fake(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                  logits_dtype=None):
     _check_logits_args(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, logits_dtype)
     B, next_n = q.shape[0], q.shape[1]
-    return _new_paged_logits(q, B * next_n, max_context_len, torch.float32 if logits_dtype is None else logits_dtype)
+    dtype = torch.float32 if logits_dtype is None else logits_dtype
+    _check_paged_logits_size(B * next_n, max_context_len, dtype)
+    return _new_paged_logits(q, B * next_n, max_context_len, dtype)
 
 
 # ---- the Python entries -----------------------------------------------------------------------------
@@ -309,6 +329,7 @@ def _paged_logits(function, q, kv_cache, weights, context_lens, block_table, sch
     _check_no_indices(indices, function)
     _check_bool(clean_logits, "clean_logits", function)
     _check_count(max_context_len, "max_context_len", function, 0, "the logits' columns")
+    _check_logits_dtype_type(logits_dtype, function)
     return _LOGITS_OP(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
                       logits_dtype)
 
@@ -344,6 +365,23 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
                                   "cache")
     return _paged_logits("fp8_fp4_paged_mqa_logits", q_fp8, kv_cache, weights, context_lens, block_table,
                          schedule_meta, max_context_len, clean_logits, logits_dtype, indices)
+
+
+def check_block_table(device=None):
+    """Raises the ValueError naming block_table of an out-of-range entry that a paged call on ``device``
+    (None: the current GPU when one is visible, else the CPU) read since the last report; returns None
+    when there was none. On a GPU it first synchronises with the device's current stream: the kernel
+    cannot raise, so it reads no memory through such an entry, writes NaN for its keys and records it
+    in pinned host memory, and the next call on that device that finds the record raises
+    (docs/operator.md, "Bad block_table entries"). A CPU call refuses a bad entry itself, so on the
+    CPU this does nothing."""
+    dev = _default_device() if device is None else torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.type == "cpu":
+        return None
+    _module().check_paged_block_table(str(dev))
+    return None
 
 
 def is_supported(num_heads, head_dim, device=None, block_kv=64, next_n=1, logits_dtype=torch.float32) -> bool:

@@ -106,12 +106,46 @@ void check_windows_fit(const at::Tensor& cu_starts, const at::Tensor& cu_ends, i
   }
 }
 
+// The most bytes a logits tensor the op allocates may take: 2^48 (256 TiB), beyond any device's
+// memory, so that a width no machine can hold is refused by name before the size arithmetic can
+// overflow (the fake kernel checks the same bound).
+constexpr int64_t kMaxLogitsBytes = int64_t(1) << 48;
+
+// What names the width of the logits in the messages: max_seqlen_k, or kv's N (the full layout).
+const char* width_name(bool compressed) { return compressed ? "max_seqlen_k" : "N"; }
+
+// Refuses a new [rows, cols] result beyond kMaxLogitsBytes (row stride padded to 256 bytes).
+void check_logits_size(int64_t rows, int64_t cols, at::ScalarType dtype, bool compressed) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t per_256_bytes = 256 / itemsize;
+  bool fits = cols <= kMaxLogitsBytes / itemsize;
+  if (fits) {
+    const int64_t row_bytes = std::max<int64_t>(1, (cols + per_256_bytes - 1) / per_256_bytes) * 256;
+    fits = rows == 0 || row_bytes <= kMaxLogitsBytes / rows;
+  }
+  TORCH_CHECK_VALUE(fits, AITER_OP, "the logits [M = ", rows, ", ", width_name(compressed), " = ", cols,
+                    "] would take more than 2^48 bytes: ",
+                    compressed ? "max_seqlen_k (or M) is too large"
+                               : "q's M and kv's N are too large for the full layout (max_seqlen_k > 0 gives the "
+                                 "compressed one)");
+}
+
 // A new [rows, cols] logits tensor whose row stride is a multiple of 256 bytes (DeepGEMM and aiter pad
-// too; some top-k kernels need an aligned row stride): a view of a padded buffer.
-at::Tensor allocate_logits(int64_t rows, int64_t cols, const at::TensorOptions& options) {
+// too; some top-k kernels need an aligned row stride): a view of a padded buffer. An allocation
+// failure names the width.
+at::Tensor allocate_logits(int64_t rows, int64_t cols, const at::TensorOptions& options, bool compressed) {
   const int64_t per_256_bytes = 256 / static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
   const int64_t padded = std::max<int64_t>(1, (cols + per_256_bytes - 1) / per_256_bytes) * per_256_bytes;
-  return at::empty({rows, padded}, options).narrow(1, 0, cols);
+  at::Tensor buffer;
+  try {
+    buffer = at::empty({rows, padded}, options);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, AITER_OP, "cannot allocate the logits [M = ", rows, ", ",
+                     width_name(compressed), " = ", cols, "] on ", options.device(), ": ",
+                     compressed ? "max_seqlen_k (or M) is too large" : "M x N is too large (or pass out=)",
+                     " for its memory (", e.what_without_backtrace(), ")");
+  }
+  return buffer.narrow(1, 0, cols);
 }
 
 void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, const at::Tensor& kv) {
@@ -275,11 +309,12 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
                     "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
   const aiter::GpuBackend* gpu_backend =
       device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, max_seqlen_k, clean_logits);
+  const at::ScalarType result_dtype = bf16_logits ? at::kBFloat16 : at::kFloat;
+  if (!has_out) check_logits_size(M, width, result_dtype, compressed);
   if (compressed && device.is_cpu()) check_windows_fit(cu_starts, cu_ends, N, max_seqlen_k);
 
   const c10::DeviceGuard guard(device);
-  const at::ScalarType result_dtype = bf16_logits ? at::kBFloat16 : at::kFloat;
-  at::Tensor result = has_out ? *out : allocate_logits(M, width, q.options().dtype(result_dtype));
+  at::Tensor result = has_out ? *out : allocate_logits(M, width, q.options().dtype(result_dtype), compressed);
 
   aiter::Fp8MqaLogitsParams p{};
   p.q = static_cast<const uint8_t*>(q.data_ptr());

@@ -12,10 +12,13 @@
 // common/fp8_paged_mqa_logits_params.h) and hands them to the CPU path or to the paged kernel of the
 // tensors' GPU (paged_gpu_backends.h: sm90; another GPU is a NotImplementedError naming the
 // backends compiled without one). Errors name the argument: TypeError for a dtype, ValueError for a
-// rank, shape, stride, size or a block_table entry a row needs that is no block of kv_cache (read on
-// the host, CPU tensors only), NotImplementedError for a device or option no compiled kernel serves,
-// RuntimeError for mixed devices. The fake kernels in aiter/ops/fp8_paged_mqa_logits.py repeat these
-// checks on metadata, in the same order and words: change both together.
+// rank, shape, stride, size, a logits size beyond 2^48 bytes, or a block_table entry a row needs that
+// is no block of kv_cache (the backends check each entry where they read it: the CPU path refuses
+// the call after its kernel, a GPU kernel records the entry and a later call or check_block_table
+// refuses it), NotImplementedError for a device or option no compiled kernel serves, RuntimeError for
+// mixed devices, OutOfMemoryError naming max_context_len when the logits cannot be allocated. The
+// fake kernels in aiter/ops/fp8_paged_mqa_logits.py repeat these checks on metadata, in the same
+// order and words: change both together.
 #include <torch/extension.h>
 
 #include <c10/core/DeviceGuard.h>
@@ -79,36 +82,84 @@ const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* firs
   return table.front();  // unreachable: the check above throws
 }
 
-// A new [rows, cols] logits tensor with DeepGEMM's row pitch for the paged op, which callers read
-// through logits.stride(0) (vLLM's top-k kernels do): a multiple of 256 elements and of 1024 bytes.
-at::Tensor allocate_paged_logits(int64_t rows, int64_t cols, const at::TensorOptions& options) {
-  const int64_t per_1024_bytes = 1024 / static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
-  const int64_t multiple = std::max<int64_t>(256, per_1024_bytes);
-  const int64_t pitch = std::max<int64_t>(1, (cols + multiple - 1) / multiple) * multiple;
-  return at::empty({rows, pitch}, options).narrow(1, 0, cols);
+// The most bytes a logits tensor the op allocates may take: 2^48 (256 TiB), beyond any device's
+// memory, so that a max_context_len no machine can hold is refused by name before the size
+// arithmetic can overflow (the fake kernel checks the same bound).
+constexpr int64_t kMaxLogitsBytes = int64_t(1) << 48;
+
+// DeepGEMM's row pitch for the paged op's logits, which callers read through logits.stride(0)
+// (vLLM's top-k kernels do): a multiple of 256 elements and of 1024 bytes.
+int64_t paged_pitch_multiple(int64_t itemsize) { return std::max<int64_t>(256, 1024 / itemsize); }
+
+// Refuses a [rows, cols] result beyond kMaxLogitsBytes, naming max_context_len.
+void check_logits_size(int64_t rows, int64_t cols, at::ScalarType dtype) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t multiple = paged_pitch_multiple(itemsize);
+  bool fits = cols <= kMaxLogitsBytes / itemsize;
+  if (fits) {
+    const int64_t row_bytes = std::max<int64_t>(1, (cols + multiple - 1) / multiple) * multiple * itemsize;
+    fits = rows == 0 || row_bytes <= kMaxLogitsBytes / rows;
+  }
+  TORCH_CHECK_VALUE(fits, kOp, "the logits [B * next_n = ", rows, ", max_context_len = ", cols,
+                    "] would take more than 2^48 bytes (rows padded to a multiple of ", multiple,
+                    " elements): max_context_len (or B * next_n) is too large");
 }
 
-// Every block_table entry a row reads (each batch's first ceil(batch_keys / block_kv)) is a block of
-// kv_cache; the others are never read. On the host, so for CPU tensors only (a GPU kernel trusts them,
-// as DeepGEMM's does).
-void check_visible_blocks(const aiter::Fp8PagedMqaLogitsParams& p) {
-  for (int64_t b = 0; b < p.batches; ++b) {
-    const int64_t keys =
-        aiter::scheduler::paged_batch_keys(p.context_lens, b, p.next_n, p.lens_per_row, p.max_context_len);
-    const int64_t blocks = aiter::scheduler::ceil_div(keys, p.block_kv);
-    const int32_t* row = p.block_table + b * p.block_table_stride;
-    for (int64_t i = 0; i < blocks; ++i) {
-      TORCH_CHECK_VALUE(row[i] >= 0 && row[i] < p.num_blocks, kOp, "block_table[", b, ", ", i, "] = ", row[i],
-                        " is not a block of kv_cache (num_blocks = ", p.num_blocks, "), but batch ", b, " sees ",
-                        keys, " keys, which are in its first ", blocks, " blocks (entries past a batch's last "
-                        "visible block are never read)");
-    }
+// A new [rows, cols] logits tensor with that row pitch (check_logits_size passed); an allocation
+// failure names max_context_len.
+at::Tensor allocate_paged_logits(int64_t rows, int64_t cols, const at::TensorOptions& options) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  const int64_t multiple = paged_pitch_multiple(itemsize);
+  const int64_t pitch = std::max<int64_t>(1, (cols + multiple - 1) / multiple) * multiple;
+  at::Tensor buffer;
+  try {
+    buffer = at::empty({rows, pitch}, options);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, kOp, "cannot allocate the logits [B * next_n = ", rows,
+                     ", max_context_len = ", cols, "] (", rows * pitch * itemsize, " bytes with the row pitch) on ",
+                     options.device(), ": max_context_len (or B * next_n) is too large for its memory (",
+                     e.what_without_backtrace(), ")");
   }
+  return buffer.narrow(1, 0, cols);
+}
+
+// The error of an out-of-range block_table entry the CPU path read (common/fp8_paged_mqa_logits_params.h).
+[[noreturn]] void refuse_bad_block(const aiter::Fp8PagedMqaLogitsParams& p, const aiter::PagedBlockTableFault& fault) {
+  const int64_t keys = aiter::scheduler::paged_batch_keys(p.context_lens, fault.batch, p.next_n, p.lens_per_row,
+                                                          p.max_context_len);
+  TORCH_CHECK_VALUE(false, kOp, "block_table[", fault.batch, ", ", fault.column, "] = ", fault.value,
+                    " is not a block of kv_cache (num_blocks = ", fault.num_blocks, "), but batch ", fault.batch,
+                    " sees ", keys, " keys, which are in its first ", aiter::scheduler::ceil_div(keys, p.block_kv),
+                    " blocks (entries past a batch's last visible block are never read)");
+  __builtin_unreachable();
+}
+
+// The bad block_table entry that earlier calls on a GPU read and their kernel recorded (a kernel
+// cannot raise: it reads no memory through the entry, writes NaN for its keys and records it).
+void refuse_recorded_bad_block(const char* op, const aiter::PagedBlockTableFault& fault, const at::Device& device) {
+  TORCH_CHECK_VALUE(false, op, "an earlier fp8_paged_mqa_logits call on ", device, " read block_table[",
+                    fault.batch, ", ", fault.column, "] = ", fault.value, ", which is not a block of kv_cache "
+                    "(num_blocks = ", fault.num_blocks, "): that call's logits of the entry's keys are NaN. It is "
+                    "reported now because the GPU does not stop for it; check_block_table(device) synchronises with "
+                    "the device's current stream and reports at once (docs/operator.md, \"Bad block_table "
+                    "entries\")");
+}
+
+// Raises the bad entry that earlier calls on `device` recorded; with `wait` it first synchronises with
+// the current stream, else it reads the record as it is (no synchronisation).
+void check_recorded_bad_block(const char* op, const aiter::PagedGpuBackend& backend, const at::Device& device,
+                              bool wait) {
+  aiter::PagedBlockTableFault fault{};
+  const char* err = backend.take_block_table_fault(device.index(), aiter::current_stream(device), wait, &fault);
+  TORCH_CHECK(err == nullptr, op, backend.name, " failed on ", device, ": ", err);
+  if (fault.found != 0) refuse_recorded_bad_block(op, fault, device);
 }
 
 at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms) {
   check_defined(kMetadataOp, context_lens, "context_lens");
   TORCH_CHECK_VALUE(block_kv >= 1, kMetadataOp, "block_kv must be >= 1 (keys per cache block), got ", block_kv);
+  TORCH_CHECK_VALUE(block_kv <= kInt32Max, kMetadataOp, "block_kv must be <= 2^31 - 1 (context lengths are int32, "
+                    "so no row sees more keys than that), got ", block_kv);
   TORCH_CHECK_VALUE(num_sms >= 1 && num_sms < kInt32Max, kMetadataOp,
                     "num_sms must be >= 1 and < 2^31 - 1 (the number of work shares: the GPU's SM count), got ",
                     num_sms);
@@ -179,6 +230,8 @@ at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache,
   const int64_t num_blocks = kv_cache.size(0), block_kv = kv_cache.size(1);
   TORCH_CHECK_VALUE(block_kv >= 1, kOp, "kv_cache must have block_kv >= 1 keys per block, got shape ",
                     kv_cache.sizes());
+  TORCH_CHECK_VALUE(block_kv <= kInt32Max, kOp, "kv_cache must have block_kv <= 2^31 - 1 keys per block (context "
+                    "lengths are int32, so no row sees more keys than that), got shape ", kv_cache.sizes());
   check_size(kOp, kv_cache, "kv_cache", 2, 1, "one K head");
   check_size(kOp, kv_cache, "kv_cache", 3, D + 4, "D + 4 (q's head dim D, then a float32 scale)");
   check_size(kOp, weights, "weights", 0, B * next_n, "q's B * next_n");
@@ -260,21 +313,38 @@ at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache,
   p.logits_dtype = bf16_logits ? aiter::LogitsDtype::kBFloat16 : aiter::LogitsDtype::kFloat32;
   p.lens_per_row = lens_per_row;
   p.clean_logits = clean_logits;
-  if (backend == nullptr) check_visible_blocks(p);
+  const at::ScalarType result_dtype = bf16_logits ? at::kBFloat16 : at::kFloat;
+  check_logits_size(B * next_n, max_context_len, result_dtype);
 
   const c10::DeviceGuard guard(device);
-  at::Tensor result =
-      allocate_paged_logits(B * next_n, max_context_len, q.options().dtype(bf16_logits ? at::kBFloat16 : at::kFloat));
+  // A bad entry that an earlier call recorded on this GPU is reported before this call runs.
+  if (backend != nullptr) check_recorded_bad_block(kOp, *backend, device, /*wait=*/false);
+  at::Tensor result = allocate_paged_logits(B * next_n, max_context_len, q.options().dtype(result_dtype));
   p.out = result.data_ptr();
   p.out_stride = result.stride(0);
   if (B == 0 || max_context_len == 0) return result;
   if (backend == nullptr) {
-    aiter::fp8_paged_mqa_logits_cpu(p);
+    // The CPU path reads each block_table entry once, checked (another thread may be rewriting the
+    // table): a bad one reads nothing, and the call is refused after the kernel.
+    const aiter::PagedBlockTableFault fault = aiter::fp8_paged_mqa_logits_cpu(p);
+    if (fault.found != 0) refuse_bad_block(p, fault);
   } else {
     const char* err = backend->launch(p, device.index(), aiter::current_stream(device));
     TORCH_CHECK(err == nullptr, kOp, backend->name, " launch failed on ", device, ": ", err);
   }
   return result;
+}
+
+// check_block_table(device): synchronises with the device's current stream and raises the bad
+// block_table entry that the calls so far recorded. A CPU call refuses a bad entry itself.
+void check_paged_block_table(const std::string& device_name) {
+  const at::Device device(device_name);
+  constexpr const char kCheckOp[] = "check_block_table: ";
+  if (device.is_cpu()) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(device.is_cuda(), kCheckOp, device, " has no paged kernel here (cpu or cuda only)");
+  const aiter::PagedGpuBackend& backend = paged_backend_for(kCheckOp, "device", device);
+  const c10::DeviceGuard guard(device);
+  check_recorded_bad_block(kCheckOp, backend, device, /*wait=*/true);
 }
 
 std::string paged_cpu_simd_variant() { return aiter::fp8_paged_mqa_logits_cpu_variant(); }
@@ -293,6 +363,10 @@ void register_fp8_paged_mqa_logits(pybind11::module_& m) {
         py::arg("clean_logits"), py::arg("logits_dtype"), py::call_guard<py::gil_scoped_release>(),
         "The decode logits [B * next_n, max_context_len] of logits_dtype from a paged K cache (row pitch a "
         "multiple of 256 elements and 1024 bytes).");
+  m.def("check_paged_block_table", &check_paged_block_table, py::arg("device"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Synchronises with the device's current stream and raises the ValueError of a block_table entry "
+        "that is no block of kv_cache, read by a paged call since the last report.");
   m.def("paged_cpu_simd_variant", &paged_cpu_simd_variant,
         "The SIMD variant the paged CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
 }

@@ -33,6 +33,9 @@ struct PagedGpuBackend {
                           int64_t block_kv, int64_t num_shares, int32_t* schedule_meta, int device_index,
                           void* stream);
   const char* (*launch)(const Fp8PagedMqaLogitsParams& params, int device_index, void* stream);
+  // The out-of-range block_table entry earlier launches recorded, into *fault (found = 0: none);
+  // with `wait` after synchronising with `stream`. nullptr on success, else the error text.
+  const char* (*take_block_table_fault)(int device_index, void* stream, bool wait, PagedBlockTableFault* fault);
 };
 
 // The compiled GPU backends with a paged kernel, in the order they are tried for a device.
@@ -44,7 +47,7 @@ inline const std::vector<PagedGpuBackend>& paged_gpu_backends() {
            ", block_kv in " + describe_list(sm90::kServedPagedBlockKv) + ", next_n in " +
            describe_list(sm90::kServedPagedNextN),
        &sm90::paged::serves, &sm90::check_device, &sm90::paged::num_shares, &sm90::paged::metadata,
-       &sm90::paged::launch},
+       &sm90::paged::launch, &sm90::paged::take_block_table_fault},
 #endif
       // gfx950 has no paged kernel: its GPUs are refused by name.
   };

@@ -26,12 +26,46 @@
 //                  lengths without the max_context_len clamp. The CPU path plans its own shares.
 //   out            [B * next_n, max_context_len] float32 or bfloat16 (logits_dtype), row stride out_stride
 //                  (elements), last dim contiguous
+//
+// Out-of-range block_table entries. A visible entry outside [0, num_blocks) is a caller bug, and the
+// table may even be rewritten by another thread during the call, so no backend trusts a value it
+// did not check: each backend reads an entry, compares it (one unsigned compare) and uses that same
+// value. A bad entry reads no memory; its keys' logits are NaN (the CPU path also refuses the call
+// afterwards), and the first bad entry found is recorded in a PagedBlockTableFault that the binding
+// turns into a ValueError naming block_table.
 #pragma once
 #include <cstdint>
 
 #include "common/logits_dtype.h"
 
 namespace aiter {
+
+// NaN floats behind Fp8PagedMqaLogitsParams::nan_scales: one block's scales for any served block_kv.
+constexpr int kPagedNanScales = 64;
+
+// Where a backend records the first out-of-range block_table entry it read. The CPU path fills it on
+// the host; a GPU kernel writes it into pinned host memory mapped for the device (the thread that
+// claims the record writes the fields, fences, then sets `found`), so the host sees it without a
+// copy or a synchronisation.
+struct PagedBlockTableFault {
+  int32_t found;   // 0: every entry read was a block of kv_cache
+  int32_t batch;   // b of the entry block_table[b, column]
+  int32_t column;
+  int32_t value;   // the value read
+  int64_t num_blocks;  // kv_cache's blocks in that call
+};
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define AITER_PAGED_PARAMS_FN __host__ __device__ inline
+#else
+#define AITER_PAGED_PARAMS_FN inline
+#endif
+
+// Whether a block_table value names a block of a cache of num_blocks blocks. (The sm90 kernel
+// makes it one unsigned compare against min(num_blocks, 2^31), where negative values wrap above.)
+AITER_PAGED_PARAMS_FN bool is_cache_block(int32_t value, int64_t num_blocks) {
+  return value >= 0 && value < num_blocks;
+}
 
 struct Fp8PagedMqaLogitsParams {
   const uint8_t* q;
@@ -54,6 +88,12 @@ struct Fp8PagedMqaLogitsParams {
   int64_t out_stride;
   int64_t max_context_len;
   int64_t num_shares;  // schedule_meta rows - 1
+  // GPU kernels only: where the first bad block_table entry is recorded (host-mapped memory), the
+  // device word a reporting thread claims it with (0 -> 1), and kPagedNanScales NaN floats, 16-byte
+  // aligned, that a bad entry's scales are copied from instead of the cache. The CPU path ignores them.
+  PagedBlockTableFault* block_table_fault;
+  int32_t* block_table_claim;
+  const float* nan_scales;
   LogitsDtype logits_dtype;
   bool lens_per_row;
   bool clean_logits;

@@ -14,21 +14,35 @@ namespace cpu {
 // part of a larger one), so every variant's micro-tile (16 or 64 keys) stays full on long contexts.
 // 32 KiB at D = 128, within an L1 data cache.
 constexpr int kPagedKeyGroup = 64;
+// The per-thread scratch bounds (as the prefill path's): the whole-depth path keeps a batch's decoded
+// Q rows (next_n * H * D floats) and a group's whole Kt[D][64]; a shape whose Q rows would pass
+// kPagedQScratchBytes or whose Kt would pass kPagedKtScratchBytes (D > 1024) takes the chunked
+// path, whose scratch is about (kPagedHeadChunk + 64) * kPagedDepthChunk + 64 * kPagedHeadChunk
+// floats (100 KiB) whatever H and D, and which gives the same bits.
+constexpr long kPagedQScratchBytes = 1L << 20;
+constexpr long kPagedKtScratchBytes = 256L << 10;
+// Depth steps per chunk: Kt[128][64] is 32 KiB, within L1, as the whole-depth group at D = 128.
+constexpr int kPagedDepthChunk = 128;
+// Heads per chunk (a multiple of the 4-head groups): their accumulators are 64 x 64 floats.
+constexpr int kPagedHeadChunk = 64;
 // Work items per thread: tasks are even shares of the (batch, cache block) units, handed out
 // dynamically, so that batches of very different lengths even out.
 constexpr int kPagedTasksPerThread = 8;
 }  // namespace cpu
 
 // Computes the whole op on the calling process's ATen intra-op threads.
-// Precondition: `params` was validated by the binding (shapes, strides; every block_table entry a
-// row reads lies in [0, num_blocks)). Writes keys [0, keys(b, j)) of every row and, with
-// clean_logits, -inf in columns [keys(b, j), max_context_len); leaves the rest untouched.
+// Precondition: `params` was validated by the binding (shapes, strides). block_table is not
+// trusted: each entry a row reads is read once and checked; an entry outside [0, num_blocks) reads
+// no memory, its keys' logits are NaN, and the first such entry (smallest batch, then column) is
+// returned (found = 0 when none). Writes keys [0, keys(b, j)) of every row and, with clean_logits,
+// -inf in columns [keys(b, j), max_context_len); leaves the rest untouched.
 // Bitwise deterministic: each logit is summed in a fixed order (d ascending, then h ascending)
-// whatever the thread count or task split. The SIMD variant is the widest this CPU runs (avx512,
-// avx2 or generic), capped by AITER_FP8_MQA_CPU_SIMD (cpu/simd_level.h); the variants may differ
-// from each other in the last bits (FMA contraction). Per-thread scratch: (next_n * H * D + 64 * D +
-// 128) floats. Throws std::runtime_error when it cannot be allocated.
-void fp8_paged_mqa_logits_cpu(const Fp8PagedMqaLogitsParams& params);
+// whatever the thread count, task split or chunking. The SIMD variant is the widest this CPU runs
+// (avx512, avx2 or generic), capped by AITER_FP8_MQA_CPU_SIMD (cpu/simd_level.h); the variants may
+// differ from each other in the last bits (FMA contraction). Per-thread scratch: bounded (above).
+// Throws std::runtime_error when it cannot be allocated, or when AITER_FP8_PAGED_CPU_CHUNKS is
+// malformed.
+PagedBlockTableFault fp8_paged_mqa_logits_cpu(const Fp8PagedMqaLogitsParams& params);
 
 // The scheduling metadata on the host: schedule_meta [num_shares + 1][2] int32, row p = (batch, block),
 // the first unit of share p of the work scheduler's units (each batch's cache blocks, batches in

@@ -40,6 +40,7 @@ const char* launch_instance(const LaunchContext& context);
 #ifdef AITER_SM90_INSTANCE_FILE
 #include <cuda_bf16.h>
 
+#include "sm90/cuda_errors.h"
 #include "sm90/kernel.cuh"
 #include "sm90/plan.cuh"
 
@@ -101,14 +102,20 @@ const char* reserve_shared_memory(int device_index, size_t smem) {
 template <int H, int D, class Logits>
 const char* launch_instance(const LaunchContext& context) {
   const Fp8MqaLogitsParams& params = context.params;
+  // TMA needs 16-byte aligned bases (the binding checks it too): said precisely here, so that an
+  // encoder failure below is something else.
+  if (reinterpret_cast<uintptr_t>(params.q) % 16 != 0 || reinterpret_cast<uintptr_t>(params.kv) % 16 != 0)
+    return "fp8_mqa_logits (sm90): q and kv must start 16-byte aligned (the kernel reads them with TMA)";
   CUtensorMap q_map, k_map;
   if (!launch_detail::make_row_map<D>(&q_map, params.q, static_cast<uint64_t>(params.M) * H, kQBoxRows) ||
       !launch_detail::make_row_map<D>(&k_map, params.kv, static_cast<uint64_t>(params.N), kKeysPerTile))
-    return "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv must be 16-byte aligned)";
+    return explain_failure(context.stream,
+                           "fp8_mqa_logits (sm90): cuTensorMapEncodeTiled failed for q's or kv's tensor map (the "
+                           "driver has no tensor-map encoder, or it refused the map's dims)");
   const size_t smem = sizeof(SharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
   if (const char* err = launch_detail::reserve_shared_memory<fp8_mqa_logits_sm90_kernel<H, D, Logits>>(
           context.device_index, smem))
-    return err;
+    return explain_failure(context.stream, err);
 
   int2* block_units = static_cast<int2*>(context.workspace);
   const int64_t blocks = (params.M + BlockShape<H>::kRowsPerBlock - 1) / BlockShape<H>::kRowsPerBlock;
@@ -125,14 +132,14 @@ const char* launch_instance(const LaunchContext& context) {
   config.gridDim = dim3(price_ctas);
   config.blockDim = dim3(kPriceThreads);
   cudaError_t err = cudaLaunchKernelEx(&config, price_blocks_kernel<H>, params, block_units);
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (err != cudaSuccess) return launch_error_text(err);
 
   config.gridDim = dim3(context.num_sms);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   err = cudaLaunchKernelEx(&config, fp8_mqa_logits_sm90_kernel<H, D, Logits>, q_map, k_map, params,
                            static_cast<const int2*>(block_units));
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return err == cudaSuccess ? nullptr : launch_error_text(err);
 }
 
 // The four logits formats of one (H, D): float32 or bfloat16, full or compressed layout.

@@ -33,22 +33,35 @@ __device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem
         args.context_lens[args.lens_per_row ? row : b], NEXT_N, j, args.lens_per_row, args.max_context_len));
     if (!is_exact_row(keys)) continue;  // uniform over the warp
     const int32_t* table_row = args.block_table + b * args.block_table_stride;
+    // Each entry read is checked before it addresses the cache; a bad one reads nothing, makes its
+    // keys' logits NaN and is recorded (schedule.cuh: report_bad_block).
+    const uint32_t cache_blocks = cache_block_limit(args);
+    const float nan = __int_as_float(0x7fc00000);
     for (int term = lane; term < keys * H; term += 32) {
       const int key = term / H, head = term % H;
-      const int64_t block = __ldg(table_row + key / args.block_kv);
-      const uint8_t* key_row =
-          args.kv_cache + block * args.kv_block_stride + int64_t(key % args.block_kv) * D;
-      const double dot = dot_e4m3_row<D>(reinterpret_cast<const uint4*>(args.q + (row * H + head) * D),
-                                         reinterpret_cast<const uint4*>(key_row), 0);
+      const int32_t block = __ldg(table_row + key / args.block_kv);
+      double dot = nan;
+      if (static_cast<uint32_t>(block) < cache_blocks) {
+        const uint8_t* key_row =
+            args.kv_cache + int64_t(block) * args.kv_block_stride + int64_t(key % args.block_kv) * D;
+        dot = dot_e4m3_row<D>(reinterpret_cast<const uint4*>(args.q + (row * H + head) * D),
+                              reinterpret_cast<const uint4*>(key_row), 0);
+      } else {
+        report_bad_block(args, b, key / args.block_kv, block);
+      }
       smem.exact_part[key][head] = (dot + fabs(dot)) * __ldg(args.weights + row * args.weights_stride + head);
     }
     __syncwarp();
     if (lane < keys) {
       double sum = 0.0;
       for (int head = 0; head < H; ++head) sum += smem.exact_part[lane][head];  // 2 relu(dot) w, in h order
-      const int64_t block = __ldg(table_row + lane / args.block_kv);
-      const float scale = *reinterpret_cast<const float*>(args.kv_cache + block * args.kv_block_stride +
-                                                          args.block_kv * D + 4 * (lane % args.block_kv));
+      const int32_t block = __ldg(table_row + lane / args.block_kv);
+      float scale = nan;
+      if (static_cast<uint32_t>(block) < cache_blocks)
+        scale = *reinterpret_cast<const float*>(args.kv_cache + int64_t(block) * args.kv_block_stride +
+                                                args.block_kv * D + 4 * (lane % args.block_kv));
+      else
+        report_bad_block(args, b, lane / args.block_kv, block);
       store_logit(static_cast<Element*>(args.out) + row * args.out_stride + lane, static_cast<float>(0.5 * sum * scale));
     }
     __syncwarp();  // before the next row overwrites exact_part

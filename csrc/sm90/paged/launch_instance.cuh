@@ -52,20 +52,27 @@ bool make_cache_map(CUtensorMap* map, const Fp8PagedMqaLogitsParams& params) {
 template <int H, int D, int NEXT_N, typename Element>
 const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
   using Shape = PagedShape<H, D, NEXT_N>;
+  // TMA's alignment rules (the binding checks them too), said precisely before encoding, so that an
+  // encoder failure below is something else (explain_failure names a sticky context error).
+  if (reinterpret_cast<uintptr_t>(params.q) % 16 != 0 || reinterpret_cast<uintptr_t>(params.kv_cache) % 16 != 0)
+    return "fp8_paged_mqa_logits (sm90): q and kv_cache must start 16-byte aligned (the kernel reads them with TMA)";
+  if (params.kv_block_stride % 16 != 0)
+    return "fp8_paged_mqa_logits (sm90): kv_cache's blocks must lie a multiple of 16 bytes apart (TMA)";
   CUtensorMap q_map, k_map;
   if (!launch_detail::make_row_map<D>(&q_map, params.q, static_cast<uint64_t>(params.batches) * Shape::kCols,
                                       Shape::kCols) ||
       !make_cache_map<D>(&k_map, params))
-    return "fp8_paged_mqa_logits (sm90): cuTensorMapEncodeTiled failed (q and kv_cache must be 16-byte aligned, "
-           "and a cache block's stride a multiple of 16 bytes)";
+    return explain_failure(stream,
+                           "fp8_paged_mqa_logits (sm90): cuTensorMapEncodeTiled failed for q's or kv_cache's tensor "
+                           "map (the driver has no tensor-map encoder, or it refused the map's dims)");
   const size_t smem = sizeof(PagedSharedStorage) + 1024;  // + room to align the tiles to 1024 bytes
   if (const char* err = launch_detail::reserve_shared_memory<fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>>(
           device_index, smem))
-    return err;
+    return explain_failure(stream, err);
   fp8_paged_mqa_logits_sm90_kernel<H, D, NEXT_N, Element>
       <<<static_cast<unsigned>(params.num_shares), kPagedThreads, smem, stream>>>(q_map, k_map, params);
   const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return err == cudaSuccess ? nullptr : launch_error_text(err);
 }
 
 #define AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, D, NEXT_N)                                                        \

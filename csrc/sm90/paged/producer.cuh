@@ -9,7 +9,8 @@
 //   kv_cache  [num_blocks][block_kv][D] keys through a 3-D tensor map (block stride kv_block_stride
 //             bytes), box one block; its scales, block_kv float32 at byte block_kv * D of the block, by
 //             a bulk copy
-//   block_table [B, max_blocks] int32, context_lens (schedule.cuh)
+//   block_table [B, max_blocks] int32 (each entry checked before any copy uses it), context_lens
+//             (schedule.cuh)
 // A tile is 64 / block_kv consecutive blocks of the batch (tile t = keys [64 t, 64 t + 64)); blocks
 // outside the share are not loaded (their rows of the stage stay stale and are never stored).
 //   weights   [B * next_n, H] f32: batch b's rows into its Q slot by bulk copies (storage.cuh)
@@ -53,6 +54,7 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
   const int block_kv = static_cast<int>(args.block_kv);
   const int log_blocks_per_tile = __ffs(kKeysPerTile / block_kv) - 1;  // block_kv in {16, 32, 64}
   const uint32_t block_bytes = static_cast<uint32_t>(block_kv) * (D + 4);
+  const uint32_t cache_blocks = cache_block_limit(args);
   const ShareWalk share = ShareWalk::of_cta(args);
   const bool weights_in_slot = weights_in_slots(args);
   int slot = 0, slot_phase = 0, seq = 0;
@@ -124,10 +126,18 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
         }
         const int id = __shfl_sync(0xffffffffu, ids, k - window);
         if (lane == 0) {
+          // An id that is no block of the cache (a caller bug) reaches no copy from the cache: as a
+          // tensor-map coordinate it is out of bounds (TMA writes zeros, reads nothing, and still
+          // completes the box's bytes), and its scales come from args.nan_scales, so its keys'
+          // logits are NaN; the record tells the host.
+          const bool good = static_cast<uint32_t>(id) < cache_blocks;
+          if (!good) report_bad_block(args, b, block, id);
           const int slot_in_tile = block - (tile << log_blocks_per_tile);
           tma_load_3d(smem.k[where.stage] + slot_in_tile * block_kv * D, k_map, &smem.k_full[where.stage], 0, 0, id);
-          bulk_copy_to_shared(&smem.scale[where.stage][slot_in_tile * block_kv],
-                              args.kv_cache + int64_t(id) * args.kv_block_stride + int64_t(block_kv) * D,
+          const void* scales = good ? static_cast<const void*>(args.kv_cache + int64_t(id) * args.kv_block_stride +
+                                                               int64_t(block_kv) * D)
+                                    : static_cast<const void*>(args.nan_scales);
+          bulk_copy_to_shared(&smem.scale[where.stage][slot_in_tile * block_kv], scales,
                               static_cast<uint32_t>(block_kv) * 4, &smem.k_full[where.stage]);
         }
       }

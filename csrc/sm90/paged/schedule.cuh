@@ -34,6 +34,28 @@ __device__ __forceinline__ int visible_blocks(const PagedArgs& args, int64_t bat
   return static_cast<int>(scheduler::ceil_div(min(batch_keys, args.max_context_len), args.block_kv));
 }
 
+// Records an out-of-range block_table[b, column] = value the kernel read (and did not use): the
+// first thread to claim the record (its device word 0 -> 1) writes the fields into the host-mapped
+// record, fences at system scope, then sets `found`, so a host that sees `found` sees the fields.
+// A caller bug, so this is the cold path of a branch.
+__device__ __forceinline__ void report_bad_block(const PagedArgs& args, int64_t b, int64_t column, int32_t value) {
+  if (atomicCAS(args.block_table_claim, 0, 1) != 0) return;
+  volatile PagedBlockTableFault* fault = args.block_table_fault;
+  fault->batch = static_cast<int32_t>(b);
+  fault->column = static_cast<int32_t>(column);
+  fault->value = value;
+  fault->num_blocks = args.num_blocks;
+  __threadfence_system();
+  fault->found = 1;
+}
+
+// An int32 block id is a block of the cache when its unsigned value is below this: num_blocks,
+// clamped to 2^31 (negative ids wrap to 2^31 and above), so that checking an id is one unsigned
+// compare.
+__device__ __forceinline__ uint32_t cache_block_limit(const PagedArgs& args) {
+  return static_cast<uint32_t>(min(args.num_blocks, int64_t(1) << 31));
+}
+
 // This CTA's share as a walk over batches: batch b's blocks [first, last) of the share.
 struct ShareWalk {
   int begin_batch, begin_block, end_batch, end_block;
