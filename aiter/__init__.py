@@ -8,8 +8,12 @@ the cache) on the first call, never here.
 
 from .ops.fp8_mqa_logits import fp8_fp4_mqa_logits, fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
 from .ops.fp8_paged_mqa_logits import fp8_fp4_paged_mqa_logits, fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+from .ops.indexer_topk import (fp8_fp4_mqa_topk_indices, fp8_fp4_paged_mqa_topk_indices, fp8_mqa_topk_indices,
+                               fp8_paged_mqa_topk_indices, top_k_per_row_decode, top_k_per_row_prefill)
 
 __version__ = "0.1.0"
 
 __all__ = ["fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm",
-           "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported", "__version__"]
+           "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "is_supported", "__version__",
+           "fp8_fp4_mqa_topk_indices", "fp8_fp4_paged_mqa_topk_indices", "fp8_mqa_topk_indices",
+           "fp8_paged_mqa_topk_indices", "top_k_per_row_decode", "top_k_per_row_prefill"]
