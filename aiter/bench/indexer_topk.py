@@ -180,7 +180,7 @@ COMMON = ("fused µs", "unfused µs", "our logits µs", "our top-k µs", "top-k 
 
 def _common_cells(r):
     return (_fmt(r["fused_us"]), _fmt(r["unfused_us"]), _fmt(r["logits_us"]), _fmt(r["topk_us"]),
-            _fmt(r["topk_gbps"], 0), _fmt(r["fused_over_logits"], 2), _fmt(r["peer_logits_us"]),
+            _fmt(r["topk_gbps"], 2), _fmt(r["fused_over_logits"], 2), _fmt(r["peer_logits_us"]),
             _fmt(r["peer_topk_us"]), _fmt(r["peer_over_fused"], 2), _fmt(r["fused_mib"]), _fmt(r["unfused_mib"]),
             _fmt(r["peer_mib"]))
 
