@@ -6,10 +6,10 @@
 //            the digits fixed so far and fixes the digit at which the count of larger keys reaches the
 //            number still wanted. After the last pass the k-th largest key T is known exactly, with
 //            `need_equal`, how many keys equal to T the top k holds.
-//   emit:    tiles of kThreads columns in ascending order; a key above T is chosen, a key equal to T is
-//            chosen while fewer than need_equal of them precede it (the lower columns win the tie).
-//            Two block scans give each chosen column its output slot, so the order is the column order
-//            whatever the thread timing: the output is bitwise reproducible.
+//   emit:    tiles of consecutive columns in ascending order; a key above T is chosen, a key equal to T
+//            is chosen while fewer than need_equal of them precede it (the lower columns win the tie).
+//            A block scan of each tile's counts gives each chosen column its output slot, so the order
+//            is the column order whatever the thread timing: the output is bitwise reproducible.
 //   A row with at most k choosable keys (the first pass counts them) takes them all (T = 0: every
 //   choosable key is above it). Key 0 (NaN, -inf) is never chosen. Slots past the chosen ones get -1.
 //   When the launch gives the CTA room for its row's keys (`stage_keys` >= the window), the first pass
@@ -32,6 +32,11 @@ constexpr int kThreads = 512;
 constexpr int kRadixBits = 8;
 constexpr int kBins = 1 << kRadixBits;
 constexpr int kBinsPerLane = kBins / 32;
+// Loads each thread has in flight in a histogram pass, and consecutive columns per thread in the
+// emitting pass: enough independent loads per SM to cover the memory latency with one CTA per row.
+constexpr int kLoadsInFlight = 16;
+constexpr int kEmitRun = 16;
+static_assert(kThreads * kEmitRun < (1 << 16), "a tile's counts are scanned as two 16-bit halves");
 // Keys a CTA may stage in shared memory: 192 KiB, within sm_90's 227 KiB per block.
 constexpr int64_t kMaxStagedKeys = 48 * 1024;
 
@@ -108,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) top_k_per_row_kernel(const TopkPerRo
   const int64_t row_offset = row * p.stride0;
   const uint32_t k = static_cast<uint32_t>(p.k);
   const bool stage = end - begin <= stage_keys;  // the same for every thread of the CTA
-  // The key of column c: from global memory on the first pass (staging it when there is room), from
-  // shared memory afterwards when staged.
+  // The key of column c (begin <= c < end): from global memory on the first pass (staging it when there
+  // is room), from shared memory afterwards when staged.
   auto key_of = [&](int64_t c, bool first) -> uint32_t {
     if (stage && !first) return staged[c - begin];
     const uint32_t key = key_at(p, row_offset + c * p.stride1);
@@ -118,15 +123,24 @@ __global__ void __launch_bounds__(kThreads) top_k_per_row_kernel(const TopkPerRo
   };
 
   // ---- select: the k-th largest key, digit by digit ----
+  // Thread t reads the columns begin + t + j * kThreads (coalesced), kLoadsInFlight of them before it
+  // counts any, so that the loads overlap.
   uint32_t prefix = 0, mask = 0, wanted = k;
   bool take_all = false;
   for (int pass = 0; pass < 32 / kRadixBits; ++pass) {
     const int shift = 32 - kRadixBits * (pass + 1);
     for (int i = threadIdx.x; i < kBins; i += kThreads) hist[i] = 0;
     __syncthreads();
-    for (int64_t c = begin + threadIdx.x; c < end; c += kThreads) {
-      const uint32_t key = key_of(c, pass == 0);
-      if (key != 0u && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (kBins - 1)], 1u);
+    for (int64_t base = begin + threadIdx.x; base < end; base += int64_t(kThreads) * kLoadsInFlight) {
+      uint32_t keys[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const int64_t c = base + int64_t(u) * kThreads;
+        keys[u] = c < end ? key_of(c, pass == 0) : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u)
+        if (keys[u] != 0u && (keys[u] & mask) == prefix) atomicAdd(&hist[(keys[u] >> shift) & (kBins - 1)], 1u);
     }
     __syncthreads();
     if (threadIdx.x < 32) pick_digit(hist, wanted, &state);
@@ -141,33 +155,55 @@ __global__ void __launch_bounds__(kThreads) top_k_per_row_kernel(const TopkPerRo
     wanted = s.remaining;
     __syncthreads();  // state and hist are rewritten by the next pass
   }
+  // Chosen: every key above `threshold`, and the first `need_equal` keys equal to it (column order).
   const uint32_t threshold = take_all ? 0u : prefix;
   const uint32_t need_equal = take_all ? 0u : wanted;
 
   // ---- emit: chosen columns in ascending order ----
+  // A tile is kThreads runs of kEmitRun consecutive columns, thread t's run after thread t - 1's. One
+  // block scan of (keys above, keys equal) per tile gives every column its rank: a column's slot is
+  // the number of chosen columns before it, i.e. (keys above before it) + min(equal keys before it,
+  // need_equal).
   int32_t* out = p.indices + row * p.indices_stride;
   float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
-  uint32_t equal_base = 0, chosen_base = 0;
-  for (int64_t tile = begin; tile < end && chosen_base < k; tile += kThreads) {
-    const int64_t c = tile + threadIdx.x;
-    const uint32_t key = c < end ? key_of(c, false) : 0u;
-    const uint32_t equal = (key != 0u && key == threshold) ? 1u : 0u;
-    uint32_t equal_before = 0, equal_total = 0;
-    BlockScan(scan_storage).ExclusiveSum(equal, equal_before, equal_total);
-    __syncthreads();
-    const uint32_t chosen = (key > threshold || (equal && equal_base + equal_before < need_equal)) ? 1u : 0u;
-    uint32_t chosen_before = 0, chosen_total = 0;
-    BlockScan(scan_storage).ExclusiveSum(chosen, chosen_before, chosen_total);
-    __syncthreads();
-    if (chosen) {
-      const uint32_t slot = chosen_base + chosen_before;
-      out[slot] = static_cast<int32_t>(c);
-      if (vals != nullptr) vals[slot] = logit_at(p, row_offset + c * p.stride1);
+  uint32_t above_base = 0, equal_base = 0;  // over the tiles before this one
+  const int64_t tile_width = int64_t(kThreads) * kEmitRun;
+  for (int64_t tile = begin; tile < end && above_base + min(equal_base, need_equal) < k; tile += tile_width) {
+    const int64_t first = tile + int64_t(threadIdx.x) * kEmitRun;
+    uint32_t keys[kEmitRun];
+#pragma unroll
+    for (int u = 0; u < kEmitRun; ++u) keys[u] = first + u < end ? key_of(first + u, false) : 0u;
+    uint32_t above = 0, equal = 0;
+#pragma unroll
+    for (int u = 0; u < kEmitRun; ++u) {
+      above += keys[u] > threshold ? 1u : 0u;
+      equal += (keys[u] != 0u && keys[u] == threshold) ? 1u : 0u;
     }
-    equal_base += equal_total;
-    chosen_base += chosen_total;
+    // Both counts of a tile fit in 16 bits (kThreads * kEmitRun < 2^16): one scan carries the pair.
+    uint32_t before = 0, total = 0;
+    BlockScan(scan_storage).ExclusiveSum(above | (equal << 16), before, total);
+    __syncthreads();
+    uint32_t above_rank = above_base + (before & 0xFFFFu);
+    uint32_t equal_rank = equal_base + (before >> 16);
+    const uint32_t done_equal = min(equal_base, need_equal);
+    const uint32_t slot_base = above_base + done_equal;  // the chosen columns of earlier tiles
+#pragma unroll
+    for (int u = 0; u < kEmitRun; ++u) {
+      const bool is_above = keys[u] > threshold;
+      const bool is_equal = keys[u] != 0u && keys[u] == threshold;
+      if (is_above || (is_equal && equal_rank < need_equal)) {
+        const uint32_t slot = slot_base + (above_rank - above_base) + (min(equal_rank, need_equal) - done_equal);
+        out[slot] = static_cast<int32_t>(first + u);
+        if (vals != nullptr) vals[slot] = logit_at(p, row_offset + (first + u) * p.stride1);
+      }
+      above_rank += is_above ? 1u : 0u;
+      equal_rank += is_equal ? 1u : 0u;
+    }
+    above_base += total & 0xFFFFu;
+    equal_base += total >> 16;
   }
-  for (uint32_t slot = chosen_base + threadIdx.x; slot < k; slot += kThreads) {
+  const uint32_t chosen = min(above_base + min(equal_base, need_equal), k);
+  for (uint32_t slot = chosen + threadIdx.x; slot < k; slot += kThreads) {
     out[slot] = -1;
     if (vals != nullptr) vals[slot] = -__int_as_float(0x7f800000);
   }
