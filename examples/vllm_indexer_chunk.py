@@ -1,14 +1,15 @@
-"""A prefill indexer chunk as vLLM builds it, through the DeepGEMM call form, then top-2048 per row.
+"""A prefill indexer chunk as vLLM builds it, through vLLM's fused call form: top-2048 keys per row.
 
 Several requests share one chunk: the K of every request (its cached prefix plus this chunk's tokens)
 is gathered into one buffer, and each query token's window is its own request's keys up to and
-including itself. vLLM passes clean_logits=False and reads only [ks, ke), so the top-k runs over the
-window only (indices relative to ks, as vLLM's top-k-per-row returns them).
+including itself. vLLM's sparse indexer first tries ``fp8_fp4_mqa_topk_indices(q, kv, weights, ks,
+ke, topk_indices)``, which writes the indices without materialising the logits: columns of the
+chunk's K (absolute, not relative to ks), ascending, -1 after the last when a window is shorter.
 
     python examples/vllm_indexer_chunk.py [--device cuda] [--heads 64]
 
-Prints the top-2048 agreement with the float64 reference (rows with at least 2048 keys) and exits
-non-zero below 99.9%.
+Prints the top-2048 agreement with the float64 reference (rows with at least 2048 keys; shorter rows
+must list exactly their window) and exits non-zero below 99.9%.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 
 import torch
 
-from aiter.ops.fp8_mqa_logits import fp8_mqa_logits_deepgemm
+from aiter import fp8_fp4_mqa_topk_indices
 from aiter.testing.mqa_logits import reference_logits
 
 TOPK = 2048
@@ -54,23 +55,30 @@ def build_chunk(requests, heads, head_dim, device, seed=0):
 
 
 def topk_in_window(logits: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, k: int):
-    """Top-k indices relative to ks per row, over [ks, ke) only (-1 where the window is shorter)."""
+    """Top-k columns per row over [ks, ke) only (-1 where the window is shorter)."""
     n = logits.shape[1]
     cols = torch.arange(n, device=logits.device)
     inside = (cols[None, :] >= ks[:, None].long()) & (cols[None, :] < ke[:, None].long())
     masked = torch.where(inside, logits.float(), torch.full_like(logits.float(), float("-inf")))
     vals, idx = masked.topk(min(k, n), dim=1)
-    rel = idx - ks[:, None].long()
-    return torch.where(torch.isfinite(vals), rel, torch.full_like(rel, -1))
+    return torch.where(torch.isfinite(vals), idx, torch.full_like(idx, -1))
 
 
 def agreement(requests=DEFAULT_REQUESTS, heads=64, head_dim=128, device="cuda", seed=0):
     q, k, k_scale, w, ks, ke = build_chunk(requests, heads, head_dim, device, seed)
-    logits = fp8_mqa_logits_deepgemm(q, (k, k_scale), w, ks, ke, clean_logits=False)
+    topk_indices = torch.full((q.shape[0], TOPK), -1, dtype=torch.int32, device=device)  # vLLM's buffer
+    assert fp8_fp4_mqa_topk_indices((q, None), (k, k_scale), w, ks, ke, topk_indices)
+    got_all = topk_indices.cpu().long()
+    short_rows = ((ke - ks) < TOPK).nonzero().flatten().cpu()
+    for r in short_rows.tolist():  # a window shorter than k: all of its keys, ascending, then -1
+        window = torch.arange(int(ks[r]), int(ke[r]))
+        want_row = torch.cat([window, torch.full((TOPK - len(window),), -1)])
+        if not torch.equal(got_all[r], want_row):
+            raise AssertionError(f"row {r}: a window of {len(window)} keys is not listed whole")
     ref = reference_logits(q, k, k_scale, w, ks, ke, clean_logits=True)
     long_rows = ((ke - ks) >= TOPK).nonzero().flatten()
-    got = topk_in_window(logits[long_rows], ks[long_rows], ke[long_rows], TOPK)
-    want = topk_in_window(ref[long_rows], ks[long_rows], ke[long_rows], TOPK)
+    got = got_all[long_rows.cpu()]
+    want = topk_in_window(ref[long_rows], ks[long_rows], ke[long_rows], TOPK).cpu()
     hits = sum(int(torch.isin(want[i], got[i]).sum()) for i in range(len(long_rows)))
     return hits / max(1, len(long_rows) * TOPK), len(long_rows), q.shape[0], k.shape[0]
 

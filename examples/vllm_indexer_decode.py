@@ -1,4 +1,4 @@
-"""A decode step of the indexer as vLLM runs it, through DeepGEMM's call forms, then top-2048 per row.
+"""A decode step of the indexer as vLLM runs it, through vLLM's fused call form: top-2048 keys per row.
 
 Each request already holds its context in the paged indexer K cache (uint8 blocks of block_kv keys:
 D e4m3fn bytes each, then their float32 scales). This step brings next_n new tokens per request (1 +
@@ -6,9 +6,13 @@ the draft tokens of multi-token prediction): their keys are quantised per token 
 rounded up to a power of two as vLLM's "ue8m0" scales are) and written into the cache at their slots
 through the block table; then the metadata is computed from the new lengths, the logits of every
 (request, token) row against its request's keys (row j of a request sees the context and the new
-tokens up to itself), and the top-2048 keys of each row over what it sees. The block table is as wide
-as the longest model context, and its entries past a request's last block are unset (-1 here),
-which the op never reads.
+tokens up to itself), and the top-2048 keys of each row over what it sees, all in one call:
+``fp8_fp4_paged_mqa_topk_indices(q, kv_cache, weights, seq_lens, block_table, max_model_len,
+topk_indices)``, which vLLM's sparse indexer tries before logits + top-k. It computes its schedule on
+the device and never holds the [rows, max_model_len] logits; the indices are token positions,
+ascending, -1 after the last when a row sees fewer keys. The block table is as wide as the longest
+model context, and its entries past a request's last block are unset (-1 here), which the op never
+reads.
 
     python examples/vllm_indexer_decode.py [--device cuda] [--heads 64] [--next-n 2]
 
@@ -23,7 +27,7 @@ import sys
 
 import torch
 
-from aiter import fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
+from aiter import fp8_fp4_paged_mqa_topk_indices
 from aiter.testing.paged_mqa_logits import reference_paged_logits, row_keys
 
 TOPK = 2048
@@ -52,7 +56,8 @@ def write_keys(kv_cache, block_table, request, positions, keys_fp8, scales):
 
 def decode_step(contexts=DEFAULT_CONTEXTS, next_n=2, heads=64, head_dim=128, block_kv=64, max_model_len=16384,
                 device="cuda", seed=0, num_sms=132):
-    """Builds the cache of `contexts`, runs one decode step; returns (logits, reference, lengths)."""
+    """Builds the cache of `contexts`, runs one decode step; returns (top-k indices, reference logits,
+    lengths). `num_sms` is what vLLM passes DeepGEMM's metadata; the fused op schedules itself."""
     g = torch.Generator().manual_seed(seed)
     B = len(contexts)
     max_blocks = -(-max_model_len // block_kv)
@@ -85,12 +90,13 @@ def decode_step(contexts=DEFAULT_CONTEXTS, next_n=2, heads=64, head_dim=128, blo
 
     to = dict(device=device)
     q, kv_cache, weights, seq_lens, block_table = (t.to(**to) for t in (q, kv_cache, weights, seq_lens, block_table))
-    schedule = get_paged_mqa_logits_metadata(seq_lens, block_kv, num_sms)
-    logits = fp8_paged_mqa_logits(q, kv_cache, weights, seq_lens, block_table, schedule, max_model_len,
-                                  clean_logits=False)
+    del num_sms
+    topk_indices = torch.full((B * next_n, TOPK), -1, dtype=torch.int32, device=device)  # vLLM's buffer
+    assert fp8_fp4_paged_mqa_topk_indices((q, None), kv_cache, weights, seq_lens, block_table, max_model_len,
+                                          topk_indices)
     cpu = [t.cpu() for t in (q, kv_cache, weights, seq_lens, block_table)]
     reference = reference_paged_logits(*cpu, max_model_len, clean_logits=True)
-    return logits.cpu(), reference, row_keys(seq_lens.cpu(), next_n, max_model_len)
+    return topk_indices.cpu().long(), reference, row_keys(seq_lens.cpu(), next_n, max_model_len)
 
 
 def topk_of_visible(logits: torch.Tensor, lengths: torch.Tensor, k: int):
@@ -103,12 +109,17 @@ def topk_of_visible(logits: torch.Tensor, lengths: torch.Tensor, k: int):
 
 
 def agreement(**kwargs):
-    logits, reference, lengths = decode_step(**kwargs)
+    indices, reference, lengths = decode_step(**kwargs)
+    for r in (lengths < TOPK).nonzero().flatten().tolist():  # fewer keys than k: all of them, then -1
+        seen = int(lengths[r])
+        want_row = torch.cat([torch.arange(seen), torch.full((TOPK - seen,), -1)])
+        if not torch.equal(indices[r], want_row):
+            raise AssertionError(f"row {r}: its {seen} keys are not listed whole")
     long_rows = (lengths >= TOPK).nonzero().flatten()
-    got = topk_of_visible(logits[long_rows], lengths[long_rows], TOPK)
+    got = indices[long_rows]
     want = topk_of_visible(reference[long_rows], lengths[long_rows], TOPK)
     hits = sum(int(torch.isin(want[i], got[i]).sum()) for i in range(len(long_rows)))
-    return hits / max(1, len(long_rows) * TOPK), len(long_rows), logits.shape[0]
+    return hits / max(1, len(long_rows) * TOPK), len(long_rows), indices.shape[0]
 
 
 def main(argv=None) -> int:

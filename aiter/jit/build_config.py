@@ -26,8 +26,10 @@ COMMON_SOURCES = (
     "binding/module.cpp",
     "binding/fp8_mqa_logits_binding.cpp",
     "binding/fp8_paged_mqa_logits_binding.cpp",
+    "binding/indexer_topk_binding.cpp",
     "cpu/fp8_mqa_logits_cpu.cpp",
     "cpu/fp8_paged_mqa_logits_cpu.cpp",
+    "cpu/indexer_topk_cpu.cpp",
 )
 # Per-target kernel sources, added when the target is present.
 # sm90: the dispatch, and the kernel instances one file per H (compiled in parallel), for prefill
@@ -43,6 +45,7 @@ SM90_SOURCES = (
     "sm90/paged/instances/paged_heads_16.cu",
     "sm90/paged/instances/paged_heads_32.cu",
     "sm90/paged/instances/paged_heads_64.cu",
+    "sm90/topk/topk_launcher.cu",
 )
 # gfx950: the host launcher, and the kernel instances one file per H (compiled in parallel).
 GFX950_SOURCES = (

@@ -8,4 +8,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             "decode over a paged K cache (fp8_paged_mqa_logits)";
   aiter::register_fp8_mqa_logits(m);
   aiter::register_fp8_paged_mqa_logits(m);
+  aiter::register_indexer_topk(m);
 }

@@ -10,5 +10,7 @@ void register_fp8_mqa_logits(pybind11::module_& m);
 // get_paged_mqa_logits_metadata, fp8_paged_mqa_logits (decode), paged_cpu_simd_variant:
 // fp8_paged_mqa_logits_binding.cpp.
 void register_fp8_paged_mqa_logits(pybind11::module_& m);
+// top_k_per_row_prefill, top_k_per_row_decode: indexer_topk_binding.cpp.
+void register_indexer_topk(pybind11::module_& m);
 
 }  // namespace aiter
