@@ -61,7 +61,7 @@ WINDOW_HELP = {
     "causal": "one request, the queries are its last M tokens: ks = 0, ke = N - M + m + 1",
     "cp": "context parallel (needs N % M == 0, M even): two halves of M/2 rows ending at two chunk offsets",
     "misaligned": "windows of N/3 keys starting at (53 m + 100) mod N/2",
-    "empty": "every third row empty, every third inverted, the rest causal from 0 or 100",
+    "empty": "rows m % 3 == 0 end before key 0, m % 3 == 1 are inverted (keys [100, 0)), the rest causal",
     "past_end": "even rows past the last key (empty), odd rows causal",
     "multi_req": "four requests (fewer if M or N < 8), each its own N/4 keys, causal within",
 }
@@ -364,20 +364,20 @@ def to_markdown(result: dict) -> str:
 # ---- run-time estimate -----------------------------------------------------------------------------
 
 def estimate_row_s(mode, M, N, H, D, clean, rounds=4, iters=10, control=True, peak=1.2e15, bw=3.8e12,
-                   flush_us=60.0, overhead_us=25.0, fill_bytes_per_s=2e8):
+                   flush_us=80.0, overhead_us=25.0, row_overhead_s=0.3):
     """Seconds one GPU row costs (an estimate for planning a session): every timed call is its kernel
     time (FLOPs / peak or bytes / bandwidth, whichever is longer, for both sides alike) plus the L2 flush
-    and launch overhead; warm-ups; the graph rows; the inputs drawn (make_inputs draws on the CPU at
-    ~fill_bytes_per_s elements per second, the engine set on the GPU in negligible time)."""
+    and launch overhead; warm-ups, the check against the baseline and the graph rows; row_overhead_s of
+    Python per row (windows, pair count, comparison). The inputs are estimated by print_estimate."""
     ks, ke = make_windows(mode, M, N)
     pairs = in_window_pairs(ks, ke, N)
     kernel_us = max(2.0 * H * D * pairs / peak, 4.0 * (M * N if clean else pairs) / bw) * 1e6 + 6.0
     turns = rounds * 2 * (2 if control else 1)
-    calls = turns * (iters + 1) + 4
+    calls = turns * (iters + 1) + 4 + 2
     total_us = calls * (kernel_us + flush_us + overhead_us)
     if kernel_us < GRAPH_BELOW_US:
         total_us += 2 * (2 + GRAPH_CALLS * 5) * kernel_us
-    return total_us * 1e-6
+    return total_us * 1e-6 + row_overhead_s
 
 
 def print_estimate(args) -> None:
@@ -394,20 +394,23 @@ def print_estimate(args) -> None:
             for H in heads:
                 for clean in cleans:
                     sec = estimate_row_s(mode, M, N, H, D, clean, rounds, args.iters or 10, not args.no_control)
-                    inputs_s = M * H * D / 2e8 + N * D / 2e8  # make_inputs' CPU draw, once per row of shapes
-                    total += (sec * n_var + inputs_s / len(cleans)) * n_sets
+                    # make_inputs draws on the CPU (~1e8 elements/s with the fp8 cast), once per shape and H.
+                    inputs_s = (M * H * D + N * D) / 1e8
+                    total += sec * n_var * n_sets + inputs_s / len(cleans)
                     print(f"| {M}x{N} | {mode} | {H} | {D} | {'yes' if clean else 'no'} | {sec:.2f} |")
     print(f"estimated total: {total:.0f} s for {n_sets} input set(s), {n_var} variant(s) (plus ~5 s of machine "
           f"figures, and the baseline's first-use JIT build of each kernel it has not built before)")
 
 
-def main(argv=None) -> int:
-    modes = "; ".join(f"{m}: {d}" for m, d in WINDOW_HELP.items())
+def parse_args(argv=None) -> argparse.Namespace:
+    modes = "\n".join(f"  {m:10s} {d}" for m, d in WINDOW_HELP.items())
     p = argparse.ArgumentParser(
         prog="python -m aiter.bench.fp8_mqa_logits", description=__doc__.split("\n\n")[0],
-        epilog=f"Window modes ({', '.join(WINDOW_MODES)}): {modes}. "
-               f"Shape syntax: --shapes causal:8192x8192,multi_req:4096x32768 (or MxN: every default row of "
-               f"that size, else causal). {CORE_RULE}.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"window modes (row m of M, keys [ks, ke) of N):\n{modes}\n\n"
+               "shape syntax: --shapes causal:8192x8192,multi_req:4096x32768 (MODE:MxN), or MxN for every\n"
+               "default row of that size (causal if none).\n\n"
+               f"{CORE_RULE}.")
     p.add_argument("--heads", type=int_list, help="comma-separated head counts (default 32,64)")
     p.add_argument("--head-dims", type=int_list, help="comma-separated head dims (default 128)")
     p.add_argument("--shapes", type=shape_list, metavar="[MODE:]MxN,...",
@@ -432,6 +435,11 @@ def main(argv=None) -> int:
         p.error("--rounds: must be >= 1")
     if args.iters is not None and args.iters < 1:
         p.error("--iters: must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if args.estimate:
         print_estimate(args)
         return 0
