@@ -199,3 +199,53 @@ def test_the_decode_bench_rejects_bad_rows(capsys):
     assert e.value.code == 2 and "HxBxCONTEXTxNEXT_N" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         paged_bench.parse_args(["--block-kv", "0"])
+
+
+# ---- the machine readings --------------------------------------------------------------------------
+
+def test_clock_power_reads_nvml_by_uuid_and_says_na_without_a_source(monkeypatch):
+    import sys
+    import types
+
+    from aiter.bench import machine
+
+    props = types.SimpleNamespace(uuid="1234-abcd")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    asked = []
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda ident: asked.append(ident) or "handle",
+        nvmlDeviceGetHandleByIndex=lambda ident: asked.append(ident) or "handle",
+        nvmlDeviceGetClockInfo=lambda handle, clock: 1755, nvmlDeviceGetPowerUsage=lambda handle: 612345)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    reading = machine.gpu_clock_power(torch.device("cuda", 0))
+    assert reading == dict(sm_mhz=1755.0, power_w=612.345, source="nvml") and asked == ["GPU-1234-abcd"]
+    assert machine.format_clock_power(reading) == "SM 1755 MHz, 612 W (nvml)"
+
+    def broken():
+        raise RuntimeError("no driver")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=broken))
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    reading = machine.gpu_clock_power(torch.device("cuda", 0))
+    assert reading["source"] == "n/a" and machine.format_clock_power(reading) == "n/a"
+
+
+# ---- on a GPU --------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the graph timing and clock reads")
+def test_the_gpu_bench_fills_the_graph_and_clock_columns(tmp_path):
+    assert bench.main(["--shapes", "causal:1024x1024", "--heads", "32", "--inputs", "both", "--clean", "0",
+                       "--out", str(tmp_path / "b")]) == 0
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["rounds"] >= 4
+    for table in result["tables"]:
+        assert table["clock_before"]["source"] in ("nvml", "nvidia-smi")
+        (row,) = table["rows"]
+        assert row["order"] == [0, 1, 0, 1] and row["graph_us"] > 0 and 0.8 < row["aa_ratio"] < 1.25
+        if result["baseline"].startswith("DeepGEMM"):
+            assert row["baseline_us"] > 0 and row["baseline_graph_us"] > 0 and row["rel_l2_vs_baseline"] < 1e-3
+    assert paged_bench.main(["--rows", "32x8x4096x1", "--inputs", "engine", "--out", str(tmp_path / "p")]) == 0
+    paged = json.loads((tmp_path / "p.json").read_text())
+    assert all(r["graph_us"] > 0 and r["gbps"] > 0 for r in paged["rows"])

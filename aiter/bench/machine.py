@@ -185,30 +185,35 @@ def graph_per_call_us(fns: dict, device: torch.device, calls: int = 20, replays:
 
 def gpu_clock_power(device: torch.device) -> dict:
     """The SM clock (MHz) and board power (W) now: NVML where importable, else nvidia-smi, else n/a.
-    The GPU is found by its UUID (CUDA_VISIBLE_DEVICES renumbers the CUDA indices)."""
+    The GPU is found by its UUID (CUDA_VISIBLE_DEVICES renumbers the CUDA indices), else by index."""
     props = torch.cuda.get_device_properties(device)
     uuid = str(getattr(props, "uuid", "") or "")
     uuid = uuid if not uuid or uuid.startswith("GPU-") else "GPU-" + uuid
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ids = [uuid, index] if uuid else [index]
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid
-                  else pynvml.nvmlDeviceGetHandleByIndex(device.index or 0))
-        return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                    power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, source="nvml")
-    except Exception:  # not installed, no driver library, or an older NVML without the query
+        for ident in ids:
+            try:
+                handle = (pynvml.nvmlDeviceGetHandleByUUID(ident) if isinstance(ident, str)
+                          else pynvml.nvmlDeviceGetHandleByIndex(ident))
+                return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                            power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, source="nvml")
+            except Exception:  # an unknown id form for this NVML: try the next
+                continue
+    except Exception:  # not installed, or no driver library
         pass
     smi = shutil.which("nvidia-smi")
-    if smi:
+    for ident in ids if smi else []:
         try:
-            cmd = [smi, f"--id={uuid or (device.index or 0)}", "--query-gpu=clocks.sm,power.draw",
-                   "--format=csv,noheader,nounits"]
+            cmd = [smi, f"--id={ident}", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"]
             text = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
             sm, power = (float(v) for v in text.split(","))
             return dict(sm_mhz=sm, power_w=power, source="nvidia-smi")
         except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            pass
+            continue
     return dict(sm_mhz=None, power_w=None, source="n/a")
 
 
