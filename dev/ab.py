@@ -3,6 +3,7 @@
     python dev/ab.py --tree base=/tmp/base_checkout --tree new=. [--heads 32,64] [--head-dim 128] [--out PREFIX]
     python dev/ab.py --tree plain=. --tree hook=.:-DSOME_HOOK=1     (a kernel build flag as the variant)
     python dev/ab.py ... --variant compressed-bf16     (a logits variant of the benchmark; default full)
+    python dev/ab.py ... --inputs engine               (the engine-quantised input set; default make_inputs)
 
 Each tree runs in its own worker process (PYTHONPATH = that tree, its own JIT cache), through its
 public op `aiter.fp8_mqa_logits`, on inputs drawn from the same seed. A tree may carry extra flags
@@ -48,19 +49,19 @@ def worker(device_name: str) -> None:
     import aiter
     from aiter.bench import machine
     from aiter.bench.fp8_mqa_logits import VARIANTS
-    from aiter.testing.mqa_logits import make_inputs
+    from aiter.testing.mqa_logits import make_input_set
 
     device = torch.device(device_name)
     timer = machine.CpuTimer(iters=3) if device.type == "cpu" else None
     cached = {}
     for line in sys.stdin:
         request = json.loads(line)
-        key = (request["mode"], request["M"], request["N"], request["H"], request["D"])
+        key = (request["mode"], request["M"], request["N"], request["H"], request["D"], request["inputs"])
         compressed, dtype = VARIANTS[request["variant"]]
         if key not in cached:
             cached.clear()
-            mode, M, N, H, D = key
-            q, kv, scales, weights = make_inputs(M, N, H, D, device, seed=M * 7 + N + H)
+            mode, M, N, H, D, _ = key
+            q, kv, scales, weights = make_input_set(request["inputs"], M, N, H, D, device, seed=M * 7 + N + H)
             cached[key] = (q, kv, scales, weights, *_windows(mode, M, N, device))
         inputs, clean = cached[key], request["clean"]
         longest = int((inputs[5] - inputs[4]).clamp(min=0).max()) if compressed else 0
@@ -131,6 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", choices=tuple(VARIANTS), default="full",
                         help="logits variant (aiter.bench.fp8_mqa_logits): dtype and layout")
     parser.add_argument("--shapes", help="mode:MxN,... (default: the benchmark's shapes and short64:65536x65536)")
+    parser.add_argument("--inputs", choices=("make_inputs", "engine"), default="make_inputs",
+                        help="input set (aiter.testing.mqa_logits.make_input_set)")
     parser.add_argument("--clean", choices=("both", "1", "0"), default="both")
     parser.add_argument("--reps", type=int, default=4, help="A/B rounds per row, in A B / B A order")
     parser.add_argument("--iters", type=int, default=10, help="timed calls per round")
@@ -160,7 +163,7 @@ def main(argv=None) -> int:
         for H in heads:
             for clean in cleans:
                 request = dict(mode=mode, M=M, N=N, H=H, D=args.head_dim, clean=clean, iters=args.iters,
-                               variant=args.variant)
+                               variant=args.variant, inputs=args.inputs)
                 paths = [os.fspath(scratch / f"sample-{w.name}.pt") for w in workers]
                 for w, path in zip(workers, paths):
                     w.ask(what="sample", path=path, **request)

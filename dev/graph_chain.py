@@ -47,12 +47,12 @@ def per_call_us(fn, other: torch.Tensor) -> float:
     return statistics.median(times)
 
 
-def paged_calls(row: str, device, peer: bool):
+def paged_calls(row: str, device, peer: bool, inputs: str = "make_inputs"):
     from aiter.bench.fp8_paged_mqa_logits import BLOCK_KV, deepgemm_paged, make_decode_step
     from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 
     H, B, context, next_n = (int(v) for v in row.split("x"))
-    a, _ = make_decode_step(H, B, context, next_n, device, seed=1)
+    a, _ = make_decode_step(H, B, context, next_n, device, seed=1, inputs=inputs)
     meta = get_paged_mqa_logits_metadata(a["context_lens"], BLOCK_KV,
                                          torch.cuda.get_device_properties(device).multi_processor_count)
     calls = {"ours": lambda: fp8_paged_mqa_logits(**a, schedule_meta=meta)}
@@ -64,14 +64,14 @@ def paged_calls(row: str, device, peer: bool):
     return calls
 
 
-def prefill_calls(row: str, device, peer: bool):
+def prefill_calls(row: str, device, peer: bool, inputs: str = "make_inputs"):
     from aiter.bench import baselines
     from aiter.ops.fp8_mqa_logits import fp8_mqa_logits
-    from aiter.testing.mqa_logits import make_inputs, make_windows
+    from aiter.testing.mqa_logits import make_input_set, make_windows
 
     mode, dims, heads = row.split(":")
     M, N = (int(v) for v in dims.split("x"))
-    q, kv, scales, weights = make_inputs(M, N, int(heads), 128, device, seed=1)
+    q, kv, scales, weights = make_input_set(inputs, M, N, int(heads), 128, device, seed=1)
     ks, ke = make_windows(mode, M, N, device)
     calls = {"ours": lambda: fp8_mqa_logits(q, kv, scales, weights, ks, ke, False)}
     if peer:
@@ -86,13 +86,14 @@ def main(argv=None) -> int:
     p.add_argument("--op", choices=("paged", "prefill"), required=True)
     p.add_argument("--rows", required=True, help="comma-separated rows (see the module docstring)")
     p.add_argument("--peer", action="store_true", help="DeepGEMM's same call beside ours")
+    p.add_argument("--inputs", choices=("make_inputs", "engine"), default="make_inputs", help="input set")
     args = p.parse_args(argv)
     device = torch.device("cuda")
     other = torch.randn(1 << 20, device=device)
     make_calls = paged_calls if args.op == "paged" else prefill_calls
     for row in args.rows.split(","):
         base = per_call_us(None, other)
-        for name, fn in make_calls(row, device, args.peer).items():
+        for name, fn in make_calls(row, device, args.peer, args.inputs).items():
             print(f"{args.op} {row:20s} {name:9s} {per_call_us(fn, other) - base:8.2f} us per call in a graph", flush=True)
     return 0
 

@@ -5,14 +5,17 @@ each timed call, outside the events), warm-up first, median. Peak = torch._scale
 e4m3 inputs, unit scales and bf16 output (the faster of use_fast_accum off and on); bandwidth = a 1 GiB device-to-device copy, bytes read +
 written. CPU: perf_counter, median; peak = the best float32 matmul rate torch reaches on this CPU (fastest
 call: a busy machine only slows calls down); bandwidth = the fastest 256 MiB tensor copy, bytes
-read + written.
+read + written. The clock and power read is NVML's (pynvml / nvidia-ml-py) where importable, else
+nvidia-smi's, else "n/a". The CUDA-graph time is per call of a graph of back-to-back calls, replayed.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import time
 
 import torch
@@ -45,11 +48,12 @@ class GpuTimer:
         flush_bytes = max(4 * l2, (1 << 30) if torch.version.hip else 0)
         self.flush = torch.empty(flush_bytes // 4, dtype=torch.float32, device=device)
 
-    def __call__(self, fn) -> float:
-        """Median µs of fn()."""
+    def samples(self, fn, warm_up: bool = True) -> list:
+        """µs of ``iters`` calls of fn(), each after the L2 flush; ``warmup`` calls first when warm_up
+        (one otherwise: the call after another op's turn finds its code and plan cold)."""
         # The events must sit on the stream the op runs on: the current stream of *this* device.
         with torch.cuda.device(self.device):
-            for _ in range(self.warmup):
+            for _ in range(self.warmup if warm_up else 1):
                 fn()
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
@@ -59,7 +63,11 @@ class GpuTimer:
                 fn()
                 e.record()
             torch.cuda.synchronize(self.device)
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+    def __call__(self, fn) -> float:
+        """Median µs of fn()."""
+        return statistics.median(self.samples(fn))
 
 
 class CpuTimer:
@@ -70,15 +78,21 @@ class CpuTimer:
         self.budget_s = budget_s
         self.best = best
 
-    def __call__(self, fn) -> float:
-        fn()  # warm-up (first-touch of outputs, thread pool start)
+    def samples(self, fn, warm_up: bool = True, min_iters: int = 3) -> list:
+        """µs of at least ``min_iters`` (at most ``iters``) calls, after a warm-up call when warm_up."""
+        if warm_up:
+            fn()  # warm-up (first-touch of outputs, thread pool start)
         times = []
         t_end = time.perf_counter() + self.budget_s
-        while len(times) < self.iters and (len(times) < 3 or time.perf_counter() < t_end):
+        while len(times) < max(1, min(self.iters, min_iters)) or (len(times) < self.iters and time.perf_counter() < t_end):
             t0 = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t0)
-        return (min(times) if self.best else statistics.median(times)) * 1e6
+            times.append((time.perf_counter() - t0) * 1e6)
+        return times
+
+    def __call__(self, fn) -> float:
+        times = self.samples(fn)
+        return min(times) if self.best else statistics.median(times)
 
 
 def gpu_fp8_peak_tflops(device: torch.device, timer: GpuTimer, n: int = 8192) -> float:
@@ -127,3 +141,83 @@ def cpu_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def graph_per_call_us(fns: dict, device: torch.device, calls: int = 20, replays: int = 4) -> dict:
+    """name -> µs per call of fn inside a CUDA graph of ``calls`` back-to-back calls (hot L2, no event
+    between calls: what a model step pays), the graphs replayed in turn (A B, B A, ...), median of
+    ``replays`` replays each; None (and the reason in ``errors``) for a callable that cannot be captured."""
+    graphs, errors = {}, {}
+    with torch.cuda.device(device):
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        for name, fn in fns.items():
+            try:
+                with torch.cuda.stream(stream):
+                    for _ in range(2):  # outside the graph: JIT, allocator, plan caches
+                        fn()
+                torch.cuda.synchronize(device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream):
+                    for _ in range(calls):
+                        fn()
+                graph.replay()
+                torch.cuda.synchronize(device)
+                graphs[name] = graph
+            except Exception as e:  # a host sync or an unsupported call inside the capture
+                errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                torch.cuda.synchronize(device)
+        times = {name: [] for name in graphs}
+        order = list(graphs)
+        for r in range(replays):
+            for name in (order if r % 2 == 0 else order[::-1]):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[name].replay()
+                end.record()
+                torch.cuda.synchronize(device)
+                times[name].append(start.elapsed_time(end) * 1e3 / calls)
+        del graphs
+    out = {name: (statistics.median(times[name]) if name in times else None) for name in fns}
+    out["errors"] = errors
+    return out
+
+
+def gpu_clock_power(device: torch.device) -> dict:
+    """The SM clock (MHz) and board power (W) now: NVML where importable, else nvidia-smi, else n/a.
+    The GPU is found by its UUID (CUDA_VISIBLE_DEVICES renumbers the CUDA indices), else by index."""
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(getattr(props, "uuid", "") or "")
+    uuid = uuid if not uuid or uuid.startswith("GPU-") else "GPU-" + uuid
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ids = [uuid, index] if uuid else [index]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        for ident in ids:
+            try:
+                handle = (pynvml.nvmlDeviceGetHandleByUUID(ident) if isinstance(ident, str)
+                          else pynvml.nvmlDeviceGetHandleByIndex(ident))
+                return dict(sm_mhz=float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                            power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, source="nvml")
+            except Exception:  # an unknown id form for this NVML: try the next
+                continue
+    except Exception:  # not installed, or no driver library
+        pass
+    smi = shutil.which("nvidia-smi")
+    for ident in ids if smi else []:
+        try:
+            cmd = [smi, f"--id={ident}", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"]
+            text = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+            sm, power = (float(v) for v in text.split(","))
+            return dict(sm_mhz=sm, power_w=power, source="nvidia-smi")
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            continue
+    return dict(sm_mhz=None, power_w=None, source="n/a")
+
+
+def format_clock_power(reading: dict | None) -> str:
+    if not reading or reading.get("source") == "n/a":
+        return "n/a"
+    return f"SM {reading['sm_mhz']:.0f} MHz, {reading['power_w']:.0f} W ({reading['source']})"

@@ -83,6 +83,54 @@ def make_inputs(M: int, N: int, H: int, D: int, device="cpu", seed: int = 0):
     return q.to(device), kv.to(device), kv_scales.to(device), weights.to(device)
 
 
+INPUT_SETS = ("engine", "make_inputs")
+E4M3_MAX = 448.0
+
+
+def quantize_pow2_scaled(x: torch.Tensor, eps: float = 1e-10):
+    """(e4m3 values, float32 scales) of x [..., D], one scale per vector of the last dim: a power of two
+    at or above amax / 448, so the largest element lands in [224, 448] (vLLM's indexer quantises q per
+    token and head this way, ue8m0 scales)."""
+    amax = x.abs().float().amax(dim=-1, keepdim=True).clamp_min(eps)
+    scale = torch.exp2(torch.ceil(torch.log2(amax / E4M3_MAX)))
+    values = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(FP8)
+    return values, scale.squeeze(-1)
+
+
+def quantize_amax_scaled(x: torch.Tensor, eps: float = 1e-4):
+    """(e4m3 values, float32 scales) of x [..., D], one scale amax / 448 per vector of the last dim (how
+    DeepGEMM's tests and vLLM's indexer cache quantise the keys)."""
+    scale = x.abs().float().amax(dim=-1, keepdim=True).clamp_min(eps) / E4M3_MAX
+    values = (x.float() * (1.0 / scale)).to(FP8)
+    return values, scale.squeeze(-1)
+
+
+def make_engine_inputs(M: int, N: int, H: int, D: int, device="cpu", seed: int = 0):
+    """Inputs as a serving engine makes them, drawn on `device`: bfloat16 activations quantised with
+    quantize_pow2_scaled per (query, head) for q, whose scales fold into the weights (with the
+    D^-1/2 softmax scale and H^-1/2, as vLLM's indexer does), and with quantize_amax_scaled per key for kv.
+    The weights have both signs. Returns q, kv (e4m3), kv_scales > 0, weights, like make_inputs."""
+    device = torch.device(device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    q_act = torch.randn(M, H, D, generator=g, device=device, dtype=torch.bfloat16)
+    q, q_scale = quantize_pow2_scaled(q_act)
+    del q_act
+    k_act = torch.randn(N, D, generator=g, device=device, dtype=torch.bfloat16)
+    kv, kv_scales = quantize_amax_scaled(k_act)
+    raw_weights = torch.randn(M, H, generator=g, device=device, dtype=torch.float32)
+    weights = raw_weights * q_scale * (D ** -0.5) * (H ** -0.5)
+    return q, kv, kv_scales.contiguous(), weights.contiguous()
+
+
+def make_input_set(name: str, M: int, N: int, H: int, D: int, device="cpu", seed: int = 0):
+    """The inputs of one of INPUT_SETS: "engine" (make_engine_inputs) or "make_inputs"."""
+    if name == "engine":
+        return make_engine_inputs(M, N, H, D, device, seed)
+    if name == "make_inputs":
+        return make_inputs(M, N, H, D, device, seed)
+    raise ValueError(f"unknown input set {name!r}; expected one of {INPUT_SETS}")
+
+
 def clamped_windows(ks: torch.Tensor, ke: torch.Tensor, N: int):
     """(s, e) as int64 after the contract's clamp to [0, N]."""
     return ks.to(torch.int64).clamp(0, N), ke.to(torch.int64).clamp(0, N)
