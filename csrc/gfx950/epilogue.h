@@ -55,6 +55,13 @@ struct Carry {
 // states y's swap needs after those writes (the ISA check verifies both). Afterwards
 //   pair x = fma(xb, sx, xa),  pair y = (ya + yb) * sy
 // hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
+// Inline asm rather than __builtin_amdgcn_permlane32_swap because the asm fixes this order (x's
+// swap and scale are y's wait states), which the compiler would be free to change; not because of
+// the builtin: the builtin and its code generation are correct (both results). What reads as a wrong
+// second result is clang's front end: __builtin_bit_cast(float, r[1]) on the builtin's 2-element
+// vector result reads element 0; copying r[1] to an unsigned first reads element 1
+// (dev/isa/permlane_bitcast.hip shows both with clang-22). The ISA check also enforces the swap's
+// other hazard here: no EXEC write within 4 wait states before it.
 __device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, float& yb, float sx) {
   asm("v_permlane32_swap_b32 %0, %1\n\t"
       "v_mul_f32 %0, %0, %4\n\t"
