@@ -191,13 +191,14 @@ struct Epilogue {
 
   // H = 16: the same row pair with one store. Both rows go through one resource based at the lower
   // of their key-0 addresses (rows.pair_base), each lane at its own row's offset (rows.pair_offset;
-  // kOutOfRange for a missing row), and num_records = kOutOfRange, so only those offsets are
-  // dropped: the rows' key limits are kept by the stages instead. A clean stage lies inside every
-  // present row's window (so below N and below s_m + out_columns); a masked stage keeps a key only
-  // inside the lane's row window, or, for the full layout's -inf (clean_logits), below N. The
-  // launcher keeps the two rows' distance plus a stage's columns below 2^31 bytes
-  // (launch_plan.h). Eight rows per wave would otherwise take 16 stores per stage (a vmcnt wait of
-  // 70 at depth 4, past its 6 bits) and 16 row resources' SGPRs (they spilled into the loop).
+  // kOutOfRange for a missing row), and num_records = kPairRecords (just below 2^31), so only
+  // those offsets are dropped: the rows' key limits are kept by the stages instead. A clean stage
+  // lies inside every present row's window (so below N and below s_m + out_columns); a masked
+  // stage keeps a key only inside the lane's row window, or, for the full layout's -inf
+  // (clean_logits), below N. The launcher keeps the two rows' distance plus a stage's columns
+  // within kPairRecords bytes (launch_plan.h). Eight rows per wave would otherwise take 16 stores
+  // per stage (a vmcnt wait of 70 at depth 4, past its 6 bits) and 16 row resources' SGPRs (they
+  // spilled into the loop).
   template <bool MASKED>
   __device__ __forceinline__ void store_pair_at_once(float v, int j, int p, int stage_key, bool live,
                                                      const WaveRows<V>& rows) const {
@@ -211,7 +212,7 @@ struct Epilogue {
       v = in ? v : -__builtin_inff();
       offset = keep ? offset : kOutOfRange;
     }
-    const v4i rsrc = make_rsrc(rows.pair_base[p] + uint64_t(stage_key) * kElementBytes, live ? kOutOfRange : 0u);
+    const v4i rsrc = make_rsrc(rows.pair_base[p] + uint64_t(stage_key) * kElementBytes, live ? kPairRecords : 0u);
     buffer_store_logit<Element>(v, rsrc, offset + j * kTileCols * kElementBytes);
   }
 };

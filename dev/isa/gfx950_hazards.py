@@ -17,7 +17,11 @@ assembly (dev/isa/gfx950.py calls it; the compiler's own instructions are checke
                  or VCC destination, the carry-out of v_*_co_*, v_div_scale, v_mad_*64) less than
                  5 wait states before a VMEM instruction that reads it: its resource, its soffset,
                  its saddr, M0 (LDS DMA) or EXEC (every VMEM) (checkVMEMHazards,
-                 VmemSgprWaitStates = 5; rocRoller's VALUWriteSGPRVMEM observer has the same 5).
+                 VmemSgprWaitStates = 5; rocRoller's VALUWriteSGPRVMEM observer has the same 5);
+  mfma-asm       an MFMA's result VGPRs read or written by an inline-asm instruction less than 20
+                 wait states later (checkMAIVALUHazards: a 16-pass XDL MFMA on gfx950 needs
+                 NumPasses + 4 = 20 before a VALU or VMEM reads or overwrites its result; LLVM
+                 pads compiler-placed consumers but not inline asm).
 
 Wait states are counted as LLVM's recognizer and the ISA guide count them: every instruction
 issued between the two counts 1, s_nop N counts N + 1; labels, directives and comments count 0.
@@ -50,7 +54,7 @@ VMEM_PREFIXES = ("buffer_", "global_", "flat_", "scratch_")
 MUBUF_OFFSET_MAX = (1 << 12) - 1
 DS_OFFSET_MAX = (1 << 16) - 1
 DS_OFFSET8_MAX = (1 << 8) - 1  # offset0 / offset1 of the ds_*2* forms
-SEARCH_CAP = 16  # wait states the distance summary looks back
+SEARCH_CAP = 24  # wait states the distance summary looks back (above every rule's need)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ RULES = (
     Rule("permlane-vgpr", 2, "a VALU write of a VGPR a permlane swap reads, less than 2 wait states before it"),
     Rule("m0-lds-dma", 1, "an SALU write of M0 less than 1 wait state before an LDS DMA"),
     Rule("vmem-sgpr", 5, "a VALU write of an SGPR less than 5 wait states before a VMEM instruction reading it"),
+    Rule("mfma-asm", 20, "an MFMA's result registers used by inline asm less than 20 wait states after it"),
 )
 RULE = {r.name: r for r in RULES}
 
@@ -79,7 +84,7 @@ def operands(args: str) -> list[str]:
 
 
 _SGPR_TOKEN = re.compile(r"\b(s\[(\d+):(\d+)\]|s(\d+)|vcc(?:_lo|_hi)?|exec(?:_lo|_hi)?|m0|ttmp\[?(\d+)(?::(\d+)\])?)")
-_VGPR_TOKEN = re.compile(r"\b(v\[(\d+):(\d+)\]|v(\d+))\b")
+_VGPR_TOKEN = re.compile(r"\bv(?:\[(\d+):(\d+)\]|(\d+)\b)")
 
 
 def sgprs(text: str) -> set[str]:
@@ -105,10 +110,10 @@ def sgprs(text: str) -> set[str]:
 def vgprs(text: str) -> set[str]:
     out: set[str] = set()
     for m in _VGPR_TOKEN.finditer(text):
-        if m.group(2) is not None:
-            out |= {f"v{i}" for i in range(int(m.group(2)), int(m.group(3)) + 1)}
+        if m.group(1) is not None:
+            out |= {f"v{i}" for i in range(int(m.group(1)), int(m.group(2)) + 1)}
         else:
-            out.add(f"v{m.group(4)}")
+            out.add(f"v{m.group(3)}")
     return out
 
 
@@ -264,6 +269,10 @@ def hazard_sites(blocks) -> list[Site]:
             if is_vmem(op):
                 read = vmem_sgpr_reads(op, args)
                 add("vmem-sgpr", b, k, lambda i, read=read: bool(valu_sgpr_writes(i.op, i.args) & read))
+            if inst.in_asm and vgprs(args):
+                used = vgprs(args)
+                add("mfma-asm", b, k, lambda i, used=used: i.op.startswith("v_mfma") and bool(
+                    vgprs(operands(i.args)[0] if i.args else "") & used))
     return sites
 
 
