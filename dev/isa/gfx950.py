@@ -20,7 +20,7 @@ format, csrc/gfx950/instances.h: 48), or when one is missing:
   - anywhere in the kernel, one of the hazards the compiler does not guard in front of inline asm
     (an EXEC write within 4 wait states or a VALU write of its VGPRs within 2 before a permlane
     swap; an SALU M0 write within 1 before an LDS DMA; a VALU SGPR write within 5 before a VMEM
-    instruction reading it), a v_mfma_scale form, an MFMA with abid / cbsz / blgp other than 0,
+    instruction reading it; an MFMA result used by inline asm within 20), a v_mfma_scale form, an MFMA with abid / cbsz / blgp other than 0,
     or an instruction offset that does not fit its field or does not survive assembly and
     disassembly (llvm-mc-22, llvm-objdump-22): dev/isa/gfx950_hazards.py has the rules and how
     wait states are counted.
