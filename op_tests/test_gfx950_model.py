@@ -148,3 +148,41 @@ def test_multi_request_fill_within_the_issues_goal():
     after = model.row_prediction(work, 2312, unit, stage_bytes, False)
     assert g["fill_between_stages"]
     assert between <= 1.2 * bound < after
+
+
+def test_pipelined_stage_cycles():
+    share = model.cu_write_bytes_per_clock()
+    # Latency covered by the prefetched stages: the stage's own cycles.
+    assert model.pipelined_stage_cycles(2300, 4, 4 * 2300, 0) == 2300
+    # Not covered: latency / depth.
+    assert model.pipelined_stage_cycles(2300, 2, 6000, 0) == 3000
+    # The CU's share of HBM bounds it too.
+    assert model.pipelined_stage_cycles(100, 4, 0, 16384) == pytest.approx(16384 / share)
+
+
+def test_ring_below_64_kib():
+    g = hostlib.geometry(32, True, 128)
+    assert g["prefetch_stages"] == 4 and model.ring_top(g, 4) > model.M0_16_BITS  # what the probe checks
+    depth = model.deepest_ring_below(g)
+    assert model.ring_top(g, depth) <= model.M0_16_BITS < model.ring_top(g, depth + 1)
+    assert depth == 2
+    main = hostlib.geometry(32, False, 128)
+    assert model.ring_top(main, main["prefetch_stages"]) <= model.M0_16_BITS  # the main path already is
+
+
+def test_the_models_verdicts():
+    g = {(32, 128): hostlib.geometry(32, True, 128)}
+    ring = model.small_m_ring_alternative(g, {(32, 128): 2312.0})
+    assert not ring.favoured and "depth 4" in ring.verdict and len(ring.cost) == 1
+    # A stage long enough to cover every assumed latency at depth 2: nothing to lose.
+    slow = model.small_m_ring_alternative(g, {(32, 128): 1e5})
+    assert slow.favoured
+    pair = model.pair_records_alternative()
+    assert pair.favoured and "4 B less" in pair.cost[0]
+    assert model.PAIR_RECORDS_NOW == model.PAIR_RECORDS_BIT31 - 4
+
+
+def test_pair_resource_constant_matches_the_kernel():
+    text = (isa.build_config.csrc_dir() / "gfx950" / "layout.h").read_text()
+    assert "constexpr uint32_t kPairRecords = kOutOfRange - 4u;" in text
+    assert "constexpr uint32_t kOutOfRange = 0x80000000u;" in text

@@ -55,6 +55,13 @@ struct Carry {
 // states y's swap needs after those writes (the ISA check verifies both). Afterwards
 //   pair x = fma(xb, sx, xa),  pair y = (ya + yb) * sy
 // hold row A in lanes 0-31 and row B in lanes 32-63; every register written is read afterwards.
+// Inline asm rather than __builtin_amdgcn_permlane32_swap because the asm fixes this order (x's
+// swap and scale are y's wait states), which the compiler would be free to change; not because of
+// the builtin: the builtin and its code generation are correct (both results). What reads as a wrong
+// second result is clang's front end: __builtin_bit_cast(float, r[1]) on the builtin's 2-element
+// vector result reads element 0; copying r[1] to an unsigned first reads element 1
+// (dev/isa/permlane_bitcast.hip shows both with clang-22). The ISA check also enforces the swap's
+// other hazard here: no EXEC write within 4 wait states before it.
 __device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, float& yb, float sx) {
   asm("v_permlane32_swap_b32 %0, %1\n\t"
       "v_mul_f32 %0, %0, %4\n\t"
@@ -184,13 +191,14 @@ struct Epilogue {
 
   // H = 16: the same row pair with one store. Both rows go through one resource based at the lower
   // of their key-0 addresses (rows.pair_base), each lane at its own row's offset (rows.pair_offset;
-  // kOutOfRange for a missing row), and num_records = kOutOfRange, so only those offsets are
-  // dropped: the rows' key limits are kept by the stages instead. A clean stage lies inside every
-  // present row's window (so below N and below s_m + out_columns); a masked stage keeps a key only
-  // inside the lane's row window, or, for the full layout's -inf (clean_logits), below N. The
-  // launcher keeps the two rows' distance plus a stage's columns below 2^31 bytes
-  // (launch_plan.h). Eight rows per wave would otherwise take 16 stores per stage (a vmcnt wait of
-  // 70 at depth 4, past its 6 bits) and 16 row resources' SGPRs (they spilled into the loop).
+  // kOutOfRange for a missing row), and num_records = kPairRecords (just below 2^31), so only
+  // those offsets are dropped: the rows' key limits are kept by the stages instead. A clean stage
+  // lies inside every present row's window (so below N and below s_m + out_columns); a masked
+  // stage keeps a key only inside the lane's row window, or, for the full layout's -inf
+  // (clean_logits), below N. The launcher keeps the two rows' distance plus a stage's columns
+  // within kPairRecords bytes (launch_plan.h). Eight rows per wave would otherwise take 16 stores
+  // per stage (a vmcnt wait of 70 at depth 4, past its 6 bits) and 16 row resources' SGPRs (they
+  // spilled into the loop).
   template <bool MASKED>
   __device__ __forceinline__ void store_pair_at_once(float v, int j, int p, int stage_key, bool live,
                                                      const WaveRows<V>& rows) const {
@@ -204,7 +212,7 @@ struct Epilogue {
       v = in ? v : -__builtin_inff();
       offset = keep ? offset : kOutOfRange;
     }
-    const v4i rsrc = make_rsrc(rows.pair_base[p] + uint64_t(stage_key) * kElementBytes, live ? kOutOfRange : 0u);
+    const v4i rsrc = make_rsrc(rows.pair_base[p] + uint64_t(stage_key) * kElementBytes, live ? kPairRecords : 0u);
     buffer_store_logit<Element>(v, rsrc, offset + j * kTileCols * kElementBytes);
   }
 };

@@ -92,7 +92,7 @@ const char* launch(const Fp8MqaLogitsParams& p, int fixed_grid_splits, int devic
     return "fp8_mqa_logits (gfx950): cannot query the number of CUs";
   const int element_bytes = p.logits_dtype == LogitsDtype::kBFloat16 ? 2 : 4;
   if (!pair_stores_reach(geometry_of(int(p.H), false, int(p.D)), 1, p.out_stride, p.N, element_bytes))
-    return "fp8_mqa_logits (gfx950): at H = 16 the output's row stride plus N must stay below 2^31 bytes "
+    return "fp8_mqa_logits (gfx950): at H = 16 the output's row stride plus N must stay within 2^31 - 4 bytes "
            "(one store per row pair)";
   // The plan's -inf fill units are the full layout's; the compressed layout's tails are not on it.
   const bool clean_in_plan = p.clean_logits && !p.compressed;

@@ -118,7 +118,8 @@ struct Fp8MqaLogitsGfx950 {
       if constexpr (V::kPackedRows) {
         // One resource for the pair's two rows (Epilogue::store_pair_at_once), at the lower present
         // row's key 0; a missing row's lanes are out of range (both missing: all of them). The
-        // launcher keeps the offsets below 2^31 (launch_plan.h, pair_stores_reach).
+        // launcher keeps the offsets within the resource's kPairRecords (launch_plan.h,
+        // pair_stores_reach).
         const uint64_t a = rows.out_row[2 * p], b = rows.out_row[2 * p + 1];
         const bool valid_a = rows.valid[2 * p], valid_b = rows.valid[2 * p + 1];
         rows.pair_base[p] = !valid_b || (valid_a && a < b) ? a : b;

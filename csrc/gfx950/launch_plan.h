@@ -12,8 +12,8 @@
 // split is chosen for the layout the design document's model assumes, priced with the same
 // CostModel (cost_model.h) and share arithmetic (common/work_scheduler.h) as the kernel.
 // H = 16 stores a row pair through one buffer resource (epilogue.h, store_pair_at_once), whose
-// offsets must stay below 2^31: the balanced plan may pair any two rows, so it takes an output
-// within that span; the fixed grid pairs adjacent rows.
+// offsets must stay within its num_records, kPairRecords = 2^31 - 4: the balanced plan may pair
+// any two rows, so it takes an output within that span; the fixed grid pairs adjacent rows.
 #pragma once
 #include <stdint.h>
 
@@ -96,11 +96,12 @@ inline int choose_fixed_grid_splits(Geometry geometry, int64_t M, int64_t N, int
 
 // Whether a variant's row pairs `rows_apart` rows apart are reachable by its stores: always, but
 // at H = 16 (one resource per pair) only while the two rows' distance (compressed: minus their
-// window starts, below N) plus a stage's columns stays below kOutOfRange = 2^31 bytes.
+// window starts, below N) plus a stage's columns stays within the pair resource's kPairRecords =
+// 2^31 - 4 bytes.
 inline bool pair_stores_reach(Geometry geometry, int64_t rows_apart, int64_t out_stride, int64_t N,
                               int element_bytes) {
   return geometry.rows_per_tile == 1 ||
-         (rows_apart * out_stride + N + kSubTiles * kTileCols) * element_bytes < int64_t(kOutOfRange);
+         (rows_apart * out_stride + N + kSubTiles * kTileCols) * element_bytes <= int64_t(kPairRecords);
 }
 
 // fixed_grid_splits <= 0: the balanced plan when M fits it (and, at H = 16, the output's span

@@ -21,6 +21,10 @@ namespace aiter {
 namespace gfx950 {
 
 constexpr uint32_t kOutOfRange = 0x80000000u;  // >= every num_records the kernel builds
+// num_records of the H = 16 pair resource (one resource for a row pair): the largest multiple of 4
+// below 2^31, so that no num_records the kernel builds has bit 31 set and only the out-of-range
+// offsets (kOutOfRange and above) do.
+constexpr uint32_t kPairRecords = kOutOfRange - 4u;
 
 // ------------------------------------------------------------------------------------------------
 // MFMA v_mfma_f32_32x32x64_f8f6f4 fragments (CDNA4 ISA).
@@ -119,7 +123,7 @@ GFX950_FN int scale_read_offset(Geometry geometry, int wave, int j, int lane) {
 // half-wave gets an out-of-range offset. Masked stages also push out-of-window lanes out of range
 // (clean_logits=False, or the compressed layout) or store -inf there (full layout, True).
 // H = 16 stores both rows of a pair with one store instead (Epilogue::store_pair_at_once): one
-// resource at the lower row's key k0 with num_records = kOutOfRange, each half-wave at its row's
+// resource at the lower row's key k0 with num_records = kPairRecords, each half-wave at its row's
 // offset from there (WaveRows::pair_offset), the key limits kept by the stage masks.
 // ------------------------------------------------------------------------------------------------
 GFX950_FN uint32_t store_offset(int sub, int lane, int half, int element_bytes) {

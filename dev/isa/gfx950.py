@@ -16,8 +16,17 @@ format, csrc/gfx950/instances.h: 48), or when one is missing:
   - a v_permlane32_swap reads a VGPR written by VALU less than 2 instructions earlier;
   - scratch is used (private segment, spills, scratch instructions);
   - VGPR+AGPR exceed 256 or LDS exceeds 160 KiB: the stated occupancy is one 512-thread workgroup
-    per CU, i.e. 2 waves per SIMD, 512 / 2 = 256 registers per lane.
-Prints, per kernel, the registers, LDS bytes and the stage loop's instruction mix.
+    per CU, i.e. 2 waves per SIMD, 512 / 2 = 256 registers per lane;
+  - anywhere in the kernel, one of the hazards the compiler does not guard in front of inline asm
+    (an EXEC write within 4 wait states or a VALU write of its VGPRs within 2 before a permlane
+    swap; an SALU M0 write within 1 before an LDS DMA; a VALU SGPR write within 5 before a VMEM
+    instruction reading it; an MFMA result used by inline asm within 20), a v_mfma_scale form, an MFMA with abid / cbsz / blgp other than 0,
+    or an instruction offset that does not fit its field or does not survive assembly and
+    disassembly (llvm-mc-22, llvm-objdump-22): dev/isa/gfx950_hazards.py has the rules and how
+    wait states are counted.
+Prints, per kernel, the registers, LDS bytes and the stage loop's instruction mix, and per kernel
+and hazard rule the nearest producer's distance in wait states (--hazard-summary writes these
+lines to a file, --diff-against compares them with another compiler's: --cxx amdclang++).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiter.jit import build_config
+from dev.isa import gfx950_hazards as hazards
 
 SOURCES = build_config.GFX950_SOURCES
 
@@ -69,7 +79,14 @@ TERMINATORS = {"s_endpgm", "s_setpc_b64", "s_trap"}
 PACKED_FP32 = {"v_pk_fma_f32", "v_pk_mul_f32", "v_pk_add_f32"}
 
 
+CXX: str | None = None  # --cxx: the compiler to use instead of the default search
+
+
 def clang_path() -> str:
+    if CXX:
+        if shutil.which(CXX):
+            return shutil.which(CXX)
+        raise FileNotFoundError(f"--cxx {CXX}: no such compiler (not on PATH, not an executable)")
     for cand in (os.environ.get("AITER_GFX950_CLANG"), "clang++-22", "clang++"):
         if cand and shutil.which(cand):
             return shutil.which(cand)
@@ -137,6 +154,8 @@ class Kernel:
     blocks: list[Block]
     meta: dict[str, int]
     sets: dict[str, int]
+    lines: list[str] = field(default_factory=list)  # the function's body, as written
+    sites: list = field(default_factory=list)  # hazards.Site of every hazard rule's consumers
 
 
 def parse_functions(text: str) -> dict[str, list[str]]:
@@ -221,7 +240,7 @@ def parse(text: str) -> dict[str, Kernel]:
     kernels = {}
     for name, lines in parse_functions(text).items():
         if name in meta:
-            kernels[name] = Kernel(name, parse_blocks(lines), meta[name], parse_sets(text, name))
+            kernels[name] = Kernel(name, parse_blocks(lines), meta[name], parse_sets(text, name), lines)
     return kernels
 
 
@@ -409,6 +428,39 @@ def permlane_hazards(blocks: list[Block], body: set[int]) -> list[str]:
     return bad
 
 
+def instruction_lines(lines: list[str]) -> list[tuple[str, str]]:
+    """A function body's instructions as (op, args), its block labels as ("LABEL:", "")."""
+    out = []
+    for raw in lines:
+        line = raw.strip()
+        m = re.match(r"^(\.LBB\w+):", line)
+        if m:
+            out.append((m.group(1) + ":", ""))
+            continue
+        if not line or line.startswith((";", ".", "#")):
+            continue
+        line = line.split(";", 1)[0].strip()
+        if line:
+            parts = line.split(None, 1)
+            out.append((parts[0], parts[1] if len(parts) > 1 else ""))
+    return out
+
+
+def hazard_failures(k: Kernel) -> list[str]:
+    """The hazard rules, the refused forms and the offsets' ranges (dev/isa/gfx950_hazards.py)."""
+    fails = []
+    k.sites = hazards.hazard_sites(k.blocks)
+    for s in hazards.violations(k.sites):
+        rule = hazards.RULE[s.rule]
+        fails.append(f"{k.name}: hazard {s.rule}: {s.inst} ({'inline asm' if s.in_asm else 'compiler'}, "
+                     f"block {s.block}) comes {s.distance} wait state(s) after its producer, needs "
+                     f"{rule.wait_states}: {rule.text}")
+    for b in k.blocks:
+        for i in b.insts:
+            fails += [f"{k.name}: {f}" for f in hazards.form_failures(i.op, i.args)]
+    return fails
+
+
 def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
     """(failures, summary lines) of one kernel."""
     fails: list[str] = []
@@ -434,6 +486,7 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
     vgpr_spills = meta.get("vgpr_spill_count", 0)
     if scratch or vgpr_spills or scratch_ops:
         fails.append(f"{k.name}: scratch used (private {scratch} B, VGPR spills {vgpr_spills}, ops {scratch_ops})")
+    fails += hazard_failures(k)
     loops = stage_loops(k.blocks)
     if not loops:
         fails.append(f"{k.name}: no loop holding {MFMA}")
@@ -491,7 +544,8 @@ def check_kernel(k: Kernel) -> tuple[list[str], list[str]]:
     return fails, lines
 
 
-def check_text(text: str) -> tuple[list[str], list[str]]:
+def check_text(text: str, summary: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(failures, per-kernel lines) of the assembly; `summary` receives the hazard-distance lines."""
     kernels = parse(text)
     fails, lines = [], []
     for name in KERNELS:
@@ -501,11 +555,46 @@ def check_text(text: str) -> tuple[list[str], list[str]]:
         f, s = check_kernel(kernels[name])
         fails += f
         lines += s
+        if summary is not None:
+            summary += hazards.summary_lines(name, kernels[name].sites)
     return fails, lines
 
 
-def check(asm_out: str) -> int:
+def encoding_failures(text: str) -> list[str]:
+    """Every kernel's VMEM / DS offsets after llvm-mc-22 and llvm-objdump-22 against the source."""
+    kernels = parse(text)
+    functions = {name: instruction_lines(kernels[name].lines) for name in KERNELS if name in kernels}
+    fails = hazards.encoded_offset_mismatches(functions)
+    if fails is None:
+        return ["llvm-mc-22 / llvm-objdump-22 not found (package llvm-22): the offsets' encodings are unchecked"]
+    return fails
+
+
+def diff_summaries(old: list[str], new: list[str]) -> list[str]:
+    """The lines of two hazard summaries that differ, keyed by kernel, rule and scope."""
+    def keyed(lines):
+        return {line.split(":", 1)[0]: line for line in lines if ":" in line}
+
+    a, b = keyed(old), keyed(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            out.append(f"- {a.get(key, key + ': (absent)')}")
+            out.append(f"+ {b.get(key, key + ': (absent)')}")
+    return out
+
+
+def check(asm_out: str, cxx: str | None = None, hazard_summary: str | None = None,
+          diff_against: str | None = None) -> int:
+    """Compile (with `cxx` when given), check, and write / compare the hazard summary."""
+    global CXX
+    CXX = cxx
     t0 = time.time()
+    try:
+        clang_path()
+    except FileNotFoundError as e:
+        print(f"isa_gfx950: {e}", file=sys.stderr)
+        return 2
     ok, stderr, cmds = compile_all(asm_out)
     if not ok:
         print("isa_gfx950: compile failed:\n  " + "\n  ".join(cmds), file=sys.stderr)
@@ -513,7 +602,10 @@ def check(asm_out: str) -> int:
         return 1
     if stderr.strip():
         print(stderr, file=sys.stderr)
-    fails, lines = check_text(Path(asm_out).read_text())
+    text = Path(asm_out).read_text()
+    summary: list[str] = []
+    fails, lines = check_text(text, summary)
+    fails += encoding_failures(text)
     print(f"isa_gfx950: compiled {len(SOURCES)} sources in parallel in {time.time() - t0:.1f} s: " + "; ".join(cmds))
     for source in SOURCES:
         host = subprocess.run(host_syntax_command(source), capture_output=True, text=True)
@@ -521,6 +613,18 @@ def check(asm_out: str) -> int:
             fails.append(f"the host pass of {source} does not compile:\n" + host.stderr)
     for line in lines:
         print(line)
+    print(f"isa_gfx950: hazard distances ({clang_path()}; wait states to the nearest producer, "
+          f"dev/isa/gfx950_hazards.py):")
+    for line in summary:
+        print("  " + line)
+    if hazard_summary:
+        Path(hazard_summary).write_text("\n".join(summary) + "\n")
+        print(f"isa_gfx950: hazard summary in {hazard_summary}")
+    if diff_against:
+        diff = diff_summaries(Path(diff_against).read_text().splitlines(), summary)
+        print(f"isa_gfx950: hazard summary against {diff_against}: {len(diff) // 2} line(s) differ")
+        for line in diff:
+            print("  " + line)
     for f in fails:
         print(f"FAIL: {f}")
     print(f"isa_gfx950: {'FAILED' if fails else 'passed'} ({len(fails)} failure(s), {len(KERNELS)} kernels); "

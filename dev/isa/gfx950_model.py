@@ -244,6 +244,112 @@ def row_prediction(work: list[Work], stage_cycles: float, unit: FillUnit, stage_
     return max(workgroup_cycles(w, stage_cycles, unit, stage_bytes, between, fill_valu) for w in work)
 
 
+# ------------------------------------------------------------------------------------------------
+# Designs that remove a hardware-only assumption (docs/gfx950.md): what each would cost here.
+# ------------------------------------------------------------------------------------------------
+# Loaded latency of a K DMA, issue to LDS write, assumed (no MI355X measured it): the K ring's
+# depth only matters once it exceeds what the prefetched stages cover.
+DMA_LATENCY_US = (1.0, 2.0, 3.0)
+M0_16_BITS = 1 << 16  # LDS bytes a 16-bit M0 reaches
+PAIR_RECORDS_NOW = 0x7FFFFFFC  # csrc/gfx950/layout.h kPairRecords
+PAIR_RECORDS_BIT31 = 0x80000000  # the alternative with bit 31 set (kOutOfRange)
+
+
+def pipelined_stage_cycles(stage_cycles: float, depth: int, latency_cycles: float, stage_bytes: int) -> float:
+    """A stage's cycles with `depth` stages prefetched: the DMA of stage i + depth is issued when
+    stage i starts and must land before stage i + depth does (depth stage times), and one CU
+    cannot take its K faster than its share of HBM."""
+    return max(stage_cycles, latency_cycles / depth, stage_bytes / cu_write_bytes_per_clock())
+
+
+def ring_top(geometry: dict, depth: int) -> int:
+    """The LDS byte past the highest LDS-DMA target of a ring of depth + 1 slots at LDS 0."""
+    return (depth + 1) * geometry["slot_bytes"]
+
+
+def deepest_ring_below(geometry: dict, limit: int = M0_16_BITS) -> int:
+    """The largest prefetch depth whose DMA targets all stay below `limit` (0: none fits)."""
+    return max(0, limit // geometry["slot_bytes"] - 1)
+
+
+@dataclass
+class Alternative:
+    name: str
+    removes: str
+    cost: list[str]      # one line per assumption the cost depends on
+    favoured: bool       # the model favours the alternative over the kernel as built
+    verdict: str
+
+
+def small_m_ring_alternative(geometries: dict, stage_cycles: dict) -> Alternative:
+    """Small-M kernels with every LDS-DMA target below 64 KiB: a shallower ring. geometries and
+    stage_cycles map (H, D) of the small-M path to hostlib.geometry's dict and the clean loop's
+    VALU-bound cycles per stage."""
+    cost, worst = [], 0.0
+    for (H, D), g in sorted(geometries.items()):
+        now, alt = g["prefetch_stages"], deepest_ring_below(g)
+        c = stage_cycles[(H, D)]
+        cells = []
+        for us in DMA_LATENCY_US:
+            lat = us * CLOCK_GHZ * 1e3
+            t_now = pipelined_stage_cycles(c, now, lat, g["stage_bytes"])
+            t_alt = pipelined_stage_cycles(c, alt, lat, g["stage_bytes"]) if alt else float("inf")
+            worst = max(worst, t_alt / t_now - 1.0)
+            cells.append(f"{us:.0f} us: {t_now:.0f} -> {t_alt:.0f} cycles ({100 * (t_alt / t_now - 1):+.0f}%)")
+        cost.append(f"H={H} D={D}: slot {g['slot_bytes']} B, depth {now} (DMA targets up to "
+                    f"{ring_top(g, now):#x}) -> depth {alt} (up to {ring_top(g, alt):#x}); stage {c:.0f} cycles; "
+                    + ", ".join(cells))
+    return Alternative(
+        name="small-M ring below 64 KiB",
+        removes="M0 honouring 17 bits or more for the LDS DMA",
+        cost=cost, favoured=worst <= 0.0,
+        verdict=("the alternative: no assumed latency makes it slower" if worst <= 0.0 else
+                 f"the kernel as built (depth 4): the shallower ring is never faster and up to "
+                 f"{100 * worst:.0f}% slower per stage at the assumed latencies; the first-run probe "
+                 f"(an LDS DMA at M0 = 0x12000) decides whether it is needed"))
+
+
+def pair_records_alternative(stage_stores: dict[int, int] | None = None) -> Alternative:
+    """The H = 16 pair resource's num_records: kPairRecords (2^31 - 4, the kernel as built) against
+    0x80000000 (bit 31 set). Either is one SGPR constant; the cost is the reach the launcher
+    allows a row pair (distance + a stage's columns), 4 bytes less. stage_stores: H -> stores
+    per stage, the same for both (the resource does not change the instruction stream)."""
+    lost = PAIR_RECORDS_BIT31 - PAIR_RECORDS_NOW
+    cost = [f"reach of one pair resource: {PAIR_RECORDS_NOW} B against {PAIR_RECORDS_BIT31} B "
+            f"({lost} B less: {lost // 4} float32 column(s), {lost / PAIR_RECORDS_BIT31:.1e} of it); "
+            "instructions per stage: the same (one constant in an SGPR either way)"]
+    if stage_stores:
+        cost.append("stores per stage and wave: " + ", ".join(f"H={h}: {n}" for h, n in sorted(stage_stores.items())))
+    return Alternative(
+        name="pair resource num_records below 2^31",
+        removes="the range check honouring bit 31 of num_records (a signed compare drops every H = 16 logit)",
+        cost=cost, favoured=lost / PAIR_RECORDS_BIT31 < 1e-6,
+        verdict="the alternative, which the kernel uses (kPairRecords = 2^31 - 4): it costs no instruction "
+                "and 4 bytes of reach")
+
+
+def print_alternatives(kernels: dict) -> None:
+    from aiter import backends
+
+    hostlib = _hostlib()
+    served = backends.backends()["gfx950"]
+    geometries, cycles = {}, {}
+    for D in served.head_dims:
+        for H in served.heads:
+            name = isa.kernel_name(H, D, small=True)
+            if name in kernels:
+                geometries[(H, D)] = hostlib.geometry(H, True, D)
+                cycles[(H, D)] = bounds(clean_loop(kernels[name])[0]).valu
+    stores = {H: hostlib.geometry(H, False, 128)["stores_per_stage"] for H in served.heads}
+    print("\nDesigns that remove a hardware-only assumption (a MODEL; assumed loaded DMA latencies "
+          f"{', '.join(f'{u:.0f}' for u in DMA_LATENCY_US)} us):")
+    for alt in (small_m_ring_alternative(geometries, cycles), pair_records_alternative(stores)):
+        print(f"- {alt.name} (removes: {alt.removes})")
+        for line in alt.cost:
+            print(f"    {line}")
+        print(f"    the model favours {alt.verdict}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--asm", help="the kernel's assembly (default: compile it as the ISA check does)")
@@ -313,6 +419,7 @@ def main(argv=None) -> int:
                       f"{cycles_us(bound[0]):.0f} / {cycles_us(bound[1]):.0f} | {cycles_us(written):.0f} | " +
                       " | ".join(f"{cycles_us(c):.0f}" for c in cells) +
                       f" | {cells[1] / bound[1]:.2f} | {anchor if (H, D) == (32, 128) else '-'} |")
+    print_alternatives(kernels)
     return 0
 
 

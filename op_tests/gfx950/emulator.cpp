@@ -419,7 +419,7 @@ struct Emulator {
     int64_t base;
     uint32_t pair_offset[kLanes];
     pair_addressing(wave, p, &base, pair_offset);
-    const Rsrc rsrc{base + int64_t(stage_key) * element_bytes, live ? kOutOfRange : 0u};
+    const Rsrc rsrc{base + int64_t(stage_key) * element_bytes, live ? kPairRecords : 0u};
     for (int lane = 0; lane < kLanes; ++lane) {
       float x = v[lane];
       uint32_t offset = pair_offset[lane];
