@@ -528,10 +528,16 @@ def _run_build_child(spec: ModuleSpec, job_path: Path, work: Path, log_path: Pat
 NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\] ", re.MULTILINE)
 
 
-def progress_line(spec: ModuleSpec, log_tail: bytes, seconds: float) -> str:
-    """What a running build has done so far, from the last ninja status line in its log."""
+def progress_line(spec: ModuleSpec, log_tail: bytes, seconds: float, total: int | None = None) -> str:
+    """What a running build has done so far: the last ninja status line in its log (ninja prints
+    one as each step ends), else 0 of the ``total`` steps of build.ninja once it is written."""
     steps = NINJA_STEP.findall(log_tail)
-    done = f"{int(steps[-1][0])}/{int(steps[-1][1])} build steps done" if steps else "preparing"
+    if steps:
+        done = f"{int(steps[-1][0])}/{int(steps[-1][1])} build steps done"
+    elif total:
+        done = f"0/{total} build steps done"
+    else:
+        done = "preparing"
     return f"aiter: {spec.name} for {spec.label}: {done}, {seconds:.0f} s"
 
 
@@ -555,7 +561,16 @@ class _Progress:
                     tail = f.read()
             except OSError:
                 tail = b""
-            print(progress_line(self.spec, tail, time.time() - self.t0), file=sys.stderr, flush=True)
+            print(progress_line(self.spec, tail, time.time() - self.t0, self._total()), file=sys.stderr,
+                  flush=True)
+
+    def _total(self) -> int | None:
+        """The number of steps in the build.ninja torch writes beside the log, once it is there."""
+        try:
+            text = (self.log_path.parent / "build.ninja").read_text(errors="replace")
+        except OSError:
+            return None
+        return sum(1 for line in text.splitlines() if line.startswith("build ")) or None
 
     def stop(self):
         self._stop.set()
