@@ -2,8 +2,9 @@
 
 ``<module>/<key>.lock`` is held with an exclusive fcntl.flock by the process that builds the key. It
 records the holder (pid, host, time) and the holder touches its mtime every HEARTBEAT_S seconds, so
-a waiter can break a lock whose holder died or froze. The file is opened without following a
-symbolic link, and whatever goes wrong between opening and holding it closes the descriptor (which
+a waiter can break a lock whose holder died or froze. The file is opened with O_CREAT | O_NOFOLLOW
+(not O_EXCL: every process of the key opens the same file to wait on it): a symbolic link there is
+refused, and what opens must be a regular file of the user's (cache_dir.open_nofollow). Whatever goes wrong between opening and holding it closes the descriptor (which
 drops the flock) before the error is raised, so a failed attempt never leaves this process waiting
 on a lock it holds itself.
 """
