@@ -160,7 +160,12 @@ TINY_SOURCE = textwrap.dedent(
       s << TINY_VALUE;
       return PyLong_FromLong(std::stol(s.str()));
     }
-    static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, nullptr}, {nullptr, nullptr, 0, nullptr}};
+    #ifndef TINY_TEXT
+    #define TINY_TEXT ""
+    #endif
+    static PyObject* text(PyObject*, PyObject*) { return PyUnicode_FromString(TINY_TEXT); }
+    static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, nullptr}, {"text", text, METH_NOARGS, nullptr},
+                                    {nullptr, nullptr, 0, nullptr}};
     static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "tiny_jit_test", nullptr, -1, methods};
     PyMODINIT_FUNC PyInit_tiny_jit_test(void) { return PyModule_Create(&mod); }
     """
@@ -171,9 +176,12 @@ TINY_DRIVER = textwrap.dedent(
     import json, os, sys
     from aiter.jit import core
     root = sys.argv[1]
+    if os.environ.get("TINY_PROGRESS_S"):
+        core.PROGRESS_S = float(os.environ["TINY_PROGRESS_S"])
+    flags = os.environ.get("TINY_CFLAGS", "-O1").split() + json.loads(os.environ.get("TINY_CFLAGS_JSON", "[]"))
     spec = core.ModuleSpec(
         name="tiny_jit_test", sources=(os.path.join(root, "tiny.cpp"),), root=root, targets=("cpu",),
-        extra_cflags=tuple(os.environ.get("TINY_CFLAGS", "-O1").split()),
+        extra_cflags=tuple(flags),
         extra_ldflags=tuple(core._link_flags()), include_dirs=(os.path.join(root, "include"),),
         source_dirs=(os.path.join(root, "include"),))
     if sys.argv[2] == "key":
@@ -181,7 +189,7 @@ TINY_DRIVER = textwrap.dedent(
     else:
         info = {}
         m = core.load_or_build(spec, info)
-        print(json.dumps(dict(info, answer=m.answer())))
+        print(json.dumps(dict(info, answer=m.answer(), text=m.text())))
     """
 )
 
@@ -688,6 +696,7 @@ def test_build_says_what_it_builds_and_how_long_it_took(tiny):
     assert info["built"]
     lines = err.strip().splitlines()
     assert lines[0].startswith("aiter: building tiny_jit_test for cpu (") and "~1 min" not in lines[0]
+    assert "1 translation unit to compile;" in lines[0] and "about" not in lines[0], lines[0]
     done = re.fullmatch(r"aiter: built tiny_jit_test for cpu in (\d+\.\d) s \((.+)\)", lines[-1])
     assert done and Path(done[2]) == Path(info["path"]).parent, err
     assert 0 < float(done[1]) < 300
@@ -744,3 +753,30 @@ def test_source_file_names_are_unique_per_module():
     names = bc.COMMON_SOURCES + bc.SM90_SOURCES + bc.GFX950_SOURCES
     stems = collections.Counter(os.path.splitext(os.path.basename(n))[0] for n in names)
     assert not [stem for stem, count in stems.items() if count > 1]
+
+
+def test_flags_with_shell_and_ninja_syntax_reach_the_compiler_unchanged(tiny, tmp_path):
+    """torch writes the flags into build.ninja as they are and ninja runs each command through
+    /bin/sh: a backtick or $(...) would run, a '$' would be eaten by ninja."""
+    marker = tmp_path / "ran"
+    text = f"a`touch {marker}`$(touch {marker})$HOME $$ b'c"
+    flag = "-DTINY_TEXT=" + json.dumps(text)  # a C string literal of the text
+    info, _ = tiny(TINY_CFLAGS_JSON=json.dumps([flag]))
+    assert info["built"] and info["answer"] == 42
+    assert info["text"] == text
+    assert not marker.exists(), "a flag's command substitution ran"
+
+
+def test_slow_build_prints_progress(tiny, slow_cxx):
+    t0 = time.time()
+    info, err = tiny(AITER_CXX=slow_cxx, TINY_COMPILE_SLEEP="4", TINY_PROGRESS_S="1")
+    took = time.time() - t0
+    assert info["built"] and info["answer"] == 42
+    progress = [l for l in err.splitlines() if l.startswith("aiter: tiny_jit_test for cpu: ")]
+    assert len(progress) >= 3, err
+    for line in progress:
+        assert re.fullmatch(r"aiter: tiny_jit_test for cpu: (preparing|\d+/\d+ build steps done), \d+ s", line), line
+    assert any(re.search(r": 0/2 build steps done", l) for l in progress), err  # ninja's [0/2] while compiling
+    assert len(progress) <= took + 1  # about one a second, no more
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("aiter: building") and lines[-1].startswith("aiter: built")

@@ -27,10 +27,15 @@ imports. Anything else (a truncated or overwritten library, a key directory with
 from an older builder) is set aside under the key's lock and rebuilt, with one line on stderr. The
 digest is checked before the import because dlopen of a truncated library dies with SIGBUS.
 
+The cache trusts only folders and files of the current user that no one else can write, and opens
+nothing in it through a symbolic link (cache_dir.py: the rules, and why nothing falls back to another
+folder). Folders are created 0700. A build stages only the folders the key hashes.
+
 A build runs in a child process (``_build_child.py``) that takes its compilers down with it: when
 this process is interrupted (KeyboardInterrupt is re-raised, nothing is recorded as a failure) and
 when it is killed. Only a failed compile writes ``failed-<key>.log``; processes that waited for an
-interrupted or killed build build the key themselves.
+interrupted or killed build build the key themselves. While it runs, a line every PROGRESS_S
+seconds says how many of ninja's steps are done.
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import functools
 import hashlib
 import importlib.machinery
@@ -49,7 +53,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -60,18 +63,15 @@ from pathlib import Path
 
 import torch
 
-from . import build_config, processes
+from . import build_config, build_lock, cache_dir, processes
+from .build_lock import DEFAULT_LOCK_TIMEOUT_S, HEARTBEAT_S, lock_is_stale  # noqa: F401 (API)
+from .errors import JitBuildError
 
 # Bump when the way this file builds changes, so old cache entries are not reused.
 BUILDER_VERSION = 2
-# A lock whose holder stopped heart-beating this long ago (or whose holder is dead) is stale.
-DEFAULT_LOCK_TIMEOUT_S = 600.0
-HEARTBEAT_S = 10.0
 ERROR_LINES = 12
-
-
-class JitBuildError(RuntimeError):
-    """The extension failed to compile or link; the message carries the compiler's first errors."""
+# Seconds between the progress lines of a running build.
+PROGRESS_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +149,34 @@ def _link_flags() -> list:
     return ["-shared-libgcc", "-Wl,--no-as-needed", "-lstdc++"]
 
 
+def _env_flags(variable: str) -> list:
+    """The flags in environment variable ``variable``, split as a POSIX shell splits words (quotes
+    group, nothing is expanded or run). Each reaches the compiler as exactly that one argument
+    (``_build_arg``)."""
+    try:
+        flags = shlex.split(os.environ.get(variable, ""))
+    except ValueError as e:
+        raise JitBuildError(f"aiter: {variable} cannot be split into flags: {e}") from e
+    for flag in flags:
+        _check_build_arg(flag, variable)
+    return flags
+
+
+def _check_build_arg(flag: str, origin: str):
+    # A ninja variable is one line: a line break inside an argument cannot be written into it.
+    if any(c in flag for c in "\n\r\0"):
+        raise JitBuildError(f"aiter: {origin}: the flag {flag!r} holds a line break or NUL, which no"
+                            " compiler command line of the build can carry")
+
+
+def _build_arg(flag: str) -> str:
+    """``flag`` as torch's build.ninja must hold it to reach the compiler unchanged: torch writes the
+    flags into the file as they are and ninja runs each command through /bin/sh, so the flag is
+    shell-quoted (no backtick, ``$(...)`` or glob acts) and its ``$`` doubled (ninja's escape)."""
+    _check_build_arg(flag, "a build flag")
+    return shlex.quote(flag).replace("$", "$$")
+
+
 def module_spec(targets=None) -> ModuleSpec:
     """The spec of module_fp8_mqa_logits for ``targets`` (default: this machine's)."""
     targets = tuple(targets) if targets is not None else detect_targets()
@@ -170,9 +198,9 @@ def module_spec(targets=None) -> ModuleSpec:
     # Debug, test and A/B hooks: extra host flags (e.g. "-include broken.h" to exercise the failure
     # path) and extra GPU-compiler flags (a measurement variant of a kernel, dev/ab.py). Both are in
     # the key, so a variant never loads the plain build.
-    cflags += shlex.split(os.environ.get("AITER_JIT_EXTRA_CFLAGS", ""))
+    cflags += _env_flags("AITER_JIT_EXTRA_CFLAGS")
     if len(targets) > 1:
-        cuda_cflags += shlex.split(os.environ.get("AITER_JIT_EXTRA_CUDA_CFLAGS", ""))
+        cuda_cflags += _env_flags("AITER_JIT_EXTRA_CUDA_CFLAGS")
     return ModuleSpec(
         name=build_config.MODULE_NAME,
         sources=tuple(build_config.source_paths(names)),
@@ -285,109 +313,10 @@ def _library_name(spec: ModuleSpec) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _lock_timeout() -> float:
-    try:
-        return float(os.environ.get("AITER_JIT_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT_S))
-    except ValueError:
-        return DEFAULT_LOCK_TIMEOUT_S
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def lock_is_stale(holder: dict, age_s: float, timeout_s: float, host: str | None = None) -> bool:
-    """A held lock is stale when its holder (on this host) is dead, or when it has not been
-    touched for ``timeout_s`` (the holder heart-beats the file's mtime while it builds)."""
-    host = host or socket.gethostname()
-    pid = holder.get("pid")
-    if isinstance(pid, int) and holder.get("host") == host and not _pid_alive(pid):
-        return True
-    return age_s > timeout_s
-
-
-class _BuildLock:
-    """An exclusive fcntl.flock on ``path`` with stale-lock recovery and a heartbeat."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd = None
-        self._stop = threading.Event()
-        self._beat = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                os.close(fd)
-                raise
-            self._break_if_stale(fd)
-            os.close(fd)
-            return False
-        # The file may have been unlinked (released, or broken as stale) after we opened it:
-        # then our lock is on a dead inode and someone else may hold the live one.
-        try:
-            same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:
-            os.close(fd)
-            return False
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(info).encode())
-        self.fd = fd
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
-        self._beat.start()
-        return True
-
-    def _heartbeat(self):
-        while not self._stop.wait(HEARTBEAT_S):
-            try:
-                os.utime(self.fd)
-            except OSError:
-                return
-
-    def _break_if_stale(self, fd: int):
-        try:
-            st = os.fstat(fd)
-            raw = os.pread(fd, 4096, 0)
-            holder = json.loads(raw.decode() or "{}")
-        except (OSError, ValueError):
-            holder = {}
-            st = os.fstat(fd)
-        if not lock_is_stale(holder, time.time() - st.st_mtime, _lock_timeout()):
-            return
-        try:
-            # Only unlink the inode we judged; another waiter may already have replaced it.
-            if os.stat(self.path).st_ino == st.st_ino:
-                os.unlink(self.path)
-                print(
-                    f"aiter: removed stale JIT lock {self.path} (holder {holder or 'unknown'})",
-                    file=sys.stderr,
-                )
-        except FileNotFoundError:
-            pass
-
-    def release(self):
-        if self.fd is None:
-            return
-        self._stop.set()
-        try:
-            os.unlink(self.path)  # tidy; waiters re-check the inode and then find the build
-        except FileNotFoundError:
-            pass
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = None
+# The lock lives in build_lock.py; these names stay importable from here.
+_BuildLock = build_lock.BuildLock
+_lock_timeout = build_lock.lock_timeout
+_pid_alive = build_lock.pid_alive
 
 
 # ------------------------------------------------------------------------------------------------
@@ -423,10 +352,10 @@ def entry_problem(spec: ModuleSpec, entry: Path) -> str | None:
     recorded = meta.get("library") if isinstance(meta, dict) else None
     if not isinstance(recorded, dict) or "size" not in recorded or "sha256" not in recorded:
         return f"{ENTRY_META} records no size and sha256 of the library (an older builder wrote it)"
-    try:
-        size = library.stat().st_size
-    except FileNotFoundError:
+    # A link or a file someone else can write is refused (JitBuildError), not read or replaced.
+    if not cache_dir.check_file(library):
         return f"{library.name} is missing"
+    size = library.stat().st_size
     if size != recorded["size"]:
         return f"{library.name} has {size} bytes, {recorded['size']} were built"
     if library_record(library)["sha256"] != recorded["sha256"]:
@@ -453,18 +382,22 @@ def _set_aside(entry: Path, reason: str):
 
 
 @contextlib.contextmanager
-def _cache_writes(spec: ModuleSpec):
-    """Turn a refused write in the cache into an error that says which directory and what to do."""
+def _cache_writes(spec: ModuleSpec, doing: str = "writing", path=None):
+    """Turn a failed file operation in the cache or the build dir (refused, disk full, anything the
+    OS reports) into a JitBuildError that says which path, why, and what to do."""
     try:
         yield
-    except OSError as e:
-        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        directory = Path(e.filename).parent if e.filename else cache_root()
+    except shutil.Error as e:
+        # copytree gathers its failures: (source, destination, reason) each.
+        failures = e.args[0] if e.args and isinstance(e.args[0], list) else []
+        first = failures[0] if failures else (None, path, str(e))
         raise JitBuildError(
-            f"aiter: cannot build {spec.name}: the JIT cache directory {directory} is not writable"
-            f" ({e.strerror}); set AITER_JIT_DIR to a writable directory"
+            f"aiter: cannot build {spec.name}: {doing} {first[1]} failed: {first[2]}"
+            + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
         ) from e
+    except OSError as e:
+        err = cache_dir.write_error(e, path or cache_root(), doing)
+        raise JitBuildError(f"aiter: cannot build {spec.name}: {str(err)[len('aiter: '):]}") from e
 
 
 # ------------------------------------------------------------------------------------------------
@@ -498,6 +431,7 @@ def _max_jobs(spec: ModuleSpec) -> int:
 def _child_env(spec: ModuleSpec) -> dict:
     env = dict(os.environ)
     env["CXX"] = host_compiler()
+    env["NINJA_STATUS"] = "[%f/%t] "  # finished/total: what the progress lines count
     env.setdefault("MAX_JOBS", str(_max_jobs(spec)))
     # ninja from the interpreter's environment (a venv's bin/ is not on PATH unless activated).
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -520,9 +454,12 @@ def _cleanup_orphans(module_dir: Path, key: str):
         for d in parent.glob(prefix + "*"):
             try:
                 pid = int(d.name[len(prefix):].split("-")[0])
-            except ValueError:
+                st = os.lstat(d)
+            except (ValueError, OSError):
                 continue
-            if not _pid_alive(pid):
+            # Only a real folder of ours: another user's look-alike in a shared TMPDIR stays.
+            if st.st_uid == cache_dir.current_uid() and os.path.isdir(d) and not os.path.islink(d) \
+                    and not _pid_alive(pid):
                 shutil.rmtree(d, ignore_errors=True)
 
 
@@ -560,7 +497,7 @@ def _run_build_child(spec: ModuleSpec, job_path: Path, work: Path, log_path: Pat
     """The build child's exit status (negative: killed by that signal). Whatever ends the wait,
     KeyboardInterrupt included, no compiler of the build survives it."""
     child = Path(__file__).with_name("_build_child.py")
-    with open(log_path, "wb") as log:
+    with open(cache_dir.open_nofollow(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, os.fspath(child), os.fspath(job_path)],
             stdout=log,
@@ -572,6 +509,7 @@ def _run_build_child(spec: ModuleSpec, job_path: Path, work: Path, log_path: Pat
             # stops the build, instead of killing the compilers under a process that carries on.
             start_new_session=True,
         )
+    progress = _Progress(spec, log_path)
     try:
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
     except BaseException:
@@ -580,10 +518,64 @@ def _run_build_child(spec: ModuleSpec, job_path: Path, work: Path, log_path: Pat
             proc.kill()
         raise
     finally:
+        progress.stop()
         # Unreaped, the child's pid still names its process group: no other process can take it.
         _stop_process_group(proc.pid)
         proc.wait()
     return proc.returncode
+
+
+NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\] ", re.MULTILINE)
+
+
+def progress_line(spec: ModuleSpec, log_tail: bytes, seconds: float, total: int | None = None) -> str:
+    """What a running build has done so far: the last ninja status line in its log (ninja prints
+    one as each step ends), else 0 of the ``total`` steps of build.ninja once it is written."""
+    steps = NINJA_STEP.findall(log_tail)
+    if steps:
+        done = f"{int(steps[-1][0])}/{int(steps[-1][1])} build steps done"
+    elif total:
+        done = f"0/{total} build steps done"
+    else:
+        done = "preparing"
+    return f"aiter: {spec.name} for {spec.label}: {done}, {seconds:.0f} s"
+
+
+class _Progress:
+    """A line on stderr every PROGRESS_S seconds while the build runs (a build can take minutes:
+    silence would look like a hang)."""
+
+    def __init__(self, spec: ModuleSpec, log_path: Path):
+        self.spec, self.log_path, self.t0 = spec, log_path, time.time()
+        self._stop = threading.Event()
+        self._thread = None
+        if PROGRESS_S > 0:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(PROGRESS_S):
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - (64 << 10)))
+                    tail = f.read()
+            except OSError:
+                tail = b""
+            print(progress_line(self.spec, tail, time.time() - self.t0, self._total()), file=sys.stderr,
+                  flush=True)
+
+    def _total(self) -> int | None:
+        """The number of steps in the build.ninja torch writes beside the log, once it is there."""
+        try:
+            text = (self.log_path.parent / "build.ninja").read_text(errors="replace")
+        except OSError:
+            return None
+        return sum(1 for line in text.splitlines() if line.startswith("build ")) or None
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _rename_into_place(spec: ModuleSpec, staging: Path, entry: Path):
@@ -601,27 +593,83 @@ def _rename_into_place(spec: ModuleSpec, staging: Path, entry: Path):
         os.rename(staging, entry)
 
 
+def _stage_sources(spec: ModuleSpec, src_copy: Path):
+    """Copy what the build reads into ``src_copy``: the spec's source folders and sources (exactly
+    what the key hashes: a CPU build stages common/, binding/ and cpu/, no GPU folder)."""
+    root = os.path.abspath(spec.root)
+    os.mkdir(src_copy, 0o700)
+    copied: list = []
+    for path in sorted({os.path.abspath(p) for p in (*spec.source_dirs, *spec.sources)}):
+        rel = os.path.relpath(path, root)
+        if rel.startswith("..") or any(path == c or path.startswith(c + os.sep) for c in copied):
+            continue  # outside csrc (used in place), or inside a folder already copied
+        dest = src_copy / rel
+        os.makedirs(dest.parent, mode=0o700, exist_ok=True)
+        if os.path.isdir(path):
+            shutil.copytree(path, dest)
+            copied.append(path)
+        else:
+            shutil.copy2(path, dest)
+    for d in spec.include_dirs:
+        rel = os.path.relpath(os.path.abspath(d), root)
+        if not rel.startswith(".."):
+            os.makedirs(src_copy / rel, mode=0o700, exist_ok=True)
+
+
+def _previous_build_seconds(spec: ModuleSpec, module_dir: Path) -> float | None:
+    """How long the newest other build of this module for the same targets took here, if any."""
+    newest = None
+    try:
+        entries = list(module_dir.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if entry.name.startswith(".") or not cache_dir.check_dir(entry):
+                continue
+            meta = json.loads(cache_dir.read_file(entry / ENTRY_META, 1 << 16))
+            if meta.get("targets") == list(spec.targets) and isinstance(meta.get("seconds"), (int, float)):
+                if newest is None or meta.get("built_at", "") > newest[0]:
+                    newest = (meta.get("built_at", ""), float(meta["seconds"]))
+        except (OSError, ValueError, AttributeError, JitBuildError):
+            continue
+    return newest[1] if newest else None
+
+
+def _build_message(spec: ModuleSpec, module_dir: Path) -> str:
+    units = len(spec.sources)
+    previous = _previous_build_seconds(spec, module_dir)
+    took = f"; its last build here took {previous:.0f} s" if previous is not None else ""
+    return (f"aiter: building {spec.name} for {spec.label} (once: {units} translation unit"
+            f"{'s' if units != 1 else ''} to compile{took}; later calls load the cached build in"
+            " milliseconds)...")
+
+
 def _build(spec: ModuleSpec, key: str, module_dir: Path, entry: Path):
-    """Compile in a private temp dir; only a finished, verified library is renamed to ``entry``."""
+    """Compile in a private temp dir; only a finished, verified library is renamed to ``entry``.
+    Any failure of a file operation on the way is a JitBuildError naming the path."""
     _cleanup_orphans(module_dir, key)
     t0 = time.time()
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-{os.getpid()}-", dir=module_dir))
+    with _cache_writes(spec, "creating a build folder in", module_dir):
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-{os.getpid()}-", dir=module_dir))
     work = staging / "build"
     try:
         if not NINJA_SAFE_PATH.fullmatch(os.fspath(work)):
-            work = Path(tempfile.mkdtemp(prefix=f"aiter-jit-{key}-{os.getpid()}-"))
+            with _cache_writes(spec, "creating a build folder in", tempfile.gettempdir()):
+                work = Path(tempfile.mkdtemp(prefix=f"aiter-jit-{key}-{os.getpid()}-"))
             if not NINJA_SAFE_PATH.fullmatch(os.fspath(work)):
                 raise JitBuildError(
                     f"aiter: cannot build {spec.name}: both the cache path {module_dir} and the temp"
                     f" dir {work.parent} contain characters ninja cannot take; set AITER_JIT_DIR or"
                     " TMPDIR to a plain path"
                 )
-        work.mkdir(exist_ok=True)
-        # Build from a private copy of the source tree: on ROCm, cpp_extension hipifies the sources
-        # in place (new *_hip files beside them), which would change the next key and fail on a
+        # Build from a private copy of the sources: on ROCm, cpp_extension hipifies the sources in
+        # place (new *_hip files beside them), which would change the next key and fail on a
         # read-only install. The key is taken from the originals.
         src_copy = work / "src"
-        shutil.copytree(spec.root, src_copy)
+        with _cache_writes(spec, "staging the sources into", src_copy):
+            os.makedirs(work, mode=0o700, exist_ok=True)
+            _stage_sources(spec, src_copy)
 
         def in_copy(path: str) -> str:
             rel = os.path.relpath(os.path.abspath(path), spec.root)
@@ -630,17 +678,19 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, entry: Path):
         job = {
             "name": spec.name,
             "sources": [in_copy(s) for s in spec.sources],
-            "extra_cflags": list(spec.extra_cflags),
-            "extra_cuda_cflags": list(spec.extra_cuda_cflags),
-            "extra_ldflags": list(spec.extra_ldflags),
+            "extra_cflags": [_build_arg(f) for f in spec.extra_cflags],
+            "extra_cuda_cflags": [_build_arg(f) for f in spec.extra_cuda_cflags],
+            "extra_ldflags": [_build_arg(f) for f in spec.extra_ldflags],
             "include_dirs": [in_copy(d) for d in spec.include_dirs],
             "build_dir": os.fspath(work),
             "parent_pid": os.getpid(),
         }
-        (work / "job.json").write_text(json.dumps(job, indent=1))
         log_path = work / "build.log"
-        rc = _run_build_child(spec, work / "job.json", work, log_path)
-        log_text = log_path.read_text(errors="replace")
+        with _cache_writes(spec, "writing the build job", work / "job.json"):
+            (work / "job.json").write_text(json.dumps(job, indent=1))
+        with _cache_writes(spec, "running the build in", work):
+            rc = _run_build_child(spec, work / "job.json", work, log_path)
+            log_text = log_path.read_text(errors="replace")
         if rc < 0:
             # Killed from outside (out of memory, a supervisor): no compile failure, so nothing is
             # recorded for the processes waiting on this key; they build again.
@@ -652,29 +702,35 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, entry: Path):
         built_library = work / _library_name(spec)
         if rc != 0 or not built_library.is_file():
             failed_log = module_dir / f"failed-{key}.log"
-            shutil.copyfile(log_path, failed_log)
+            try:
+                with _cache_writes(spec, "writing the compiler output to", failed_log):
+                    cache_dir.replace_file(failed_log, log_text.encode())
+                where = f"full log: {failed_log}"
+            except JitBuildError as e:
+                where = f"the full log is not kept: {e}"
             errors = "\n".join("  " + l for l in first_error_lines(log_text))
             raise JitBuildError(
                 f"aiter: building {spec.name} for {spec.label} failed (exit {rc});"
-                f" first errors:\n{errors}\nfull log: {failed_log}"
+                f" first errors:\n{errors}\n{where}"
             )
         library = staging / _library_name(spec)
-        shutil.move(os.fspath(built_library), os.fspath(library))
-        shutil.copyfile(log_path, staging / "build.log")
-        seconds = time.time() - t0
-        meta = {
-            "key": key,
-            "targets": list(spec.targets),
-            "library": library_record(library),
-            "seconds": round(seconds, 1),
-            "torch": torch.__version__,
-            "cxx": host_compiler(),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        (staging / ENTRY_META).write_text(json.dumps(meta, indent=1))
-        shutil.rmtree(work)
-        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide a shared cache from other users
-        _rename_into_place(spec, staging, entry)
+        with _cache_writes(spec, "installing the build into", staging):
+            shutil.move(os.fspath(built_library), os.fspath(library))
+            os.chmod(library, 0o755)  # the linker's mode follows the umask: no one else may write it
+            shutil.copyfile(log_path, staging / "build.log")
+            seconds = time.time() - t0
+            meta = {
+                "key": key,
+                "targets": list(spec.targets),
+                "library": library_record(library),
+                "seconds": round(seconds, 1),
+                "torch": torch.__version__,
+                "cxx": host_compiler(),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+            (staging / ENTRY_META).write_text(json.dumps(meta, indent=1))
+            shutil.rmtree(work)
+            _rename_into_place(spec, staging, entry)
         print(f"aiter: built {spec.name} for {spec.label} in {seconds:.1f} s ({entry})", file=sys.stderr, flush=True)
     finally:
         for d in (work, staging):
@@ -682,7 +738,11 @@ def _build(spec: ModuleSpec, key: str, module_dir: Path, entry: Path):
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def _import_library(name: str, path: Path):
+def _import_library(name: str, path: Path, trusted: bool = False):
+    """Import the extension module at ``path``; unless ``trusted`` (a packaged AOT build), only a
+    library of the cache's rules (cache_dir.check_file): ours and written by no one else."""
+    if not trusted:
+        cache_dir.check_file(path)
     spec = importlib.util.spec_from_file_location(name, os.fspath(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"aiter: cannot load {path}")
@@ -697,11 +757,15 @@ def _raise_if_failed_meanwhile(spec: ModuleSpec, failed_log: Path, since: float)
     same error). A later process, which did not wait, builds again; so does a waiter whose builder
     was interrupted or killed, which records no failure."""
     try:
-        failed_at = failed_log.stat().st_mtime
+        failed_at = failed_log.lstat().st_mtime
     except OSError:
         return
     if failed_at >= since - 1.0:  # mtime granularity
-        errors = "\n".join("  " + l for l in first_error_lines(failed_log.read_text(errors="replace")))
+        try:
+            text = cache_dir.read_file(failed_log).decode(errors="replace")
+        except OSError:
+            return
+        errors = "\n".join("  " + l for l in first_error_lines(text))
         raise JitBuildError(
             f"aiter: building {spec.name} for {spec.label} failed in another process while this one"
             f" waited; first errors:\n{errors}\nfull log: {failed_log}"
@@ -716,8 +780,8 @@ def _ensure_entry(spec: ModuleSpec, key: str, module_dir: Path, import_failure: 
     entry = module_dir / key
     failed_log = module_dir / f"failed-{key}.log"
     lock = _BuildLock(module_dir / f"{key}.lock")
-    with _cache_writes(spec):
-        module_dir.mkdir(parents=True, exist_ok=True)
+    with _cache_writes(spec, "creating", module_dir):
+        cache_dir.make_dirs(module_dir, module_dir.parent)
     wait_start = None  # when this process first found another one building
 
     def problem() -> str | None:
@@ -730,7 +794,7 @@ def _ensure_entry(spec: ModuleSpec, key: str, module_dir: Path, import_failure: 
         with _cache_writes(spec):
             acquired = lock.try_acquire()
         if not acquired:
-            if entry.exists() and problem() is None:
+            if cache_dir.check_dir(entry) and problem() is None:
                 return False  # built by the process that still holds the lock
             if wait_start is None:
                 wait_start = time.time()
@@ -742,7 +806,7 @@ def _ensure_entry(spec: ModuleSpec, key: str, module_dir: Path, import_failure: 
             time.sleep(0.25)
             continue
         try:
-            if entry.exists():
+            if cache_dir.check_dir(entry):
                 reason = problem()
                 if reason is None:
                     return False  # built by another process meanwhile
@@ -750,12 +814,7 @@ def _ensure_entry(spec: ModuleSpec, key: str, module_dir: Path, import_failure: 
                     _set_aside(entry, reason)
             if wait_start is not None:
                 _raise_if_failed_meanwhile(spec, failed_log, wait_start)
-            print(
-                f"aiter: building {spec.name} for {spec.label} (about 30 s for the CPU module on two"
-                " cores, longer with a GPU kernel)...",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(_build_message(spec, module_dir), file=sys.stderr, flush=True)
             _build(spec, key, module_dir, entry)
             return True
         finally:
@@ -767,12 +826,15 @@ def load_or_build(spec: ModuleSpec, info: dict | None = None):
     invalid: an entry is used only when its library matches build.json and imports."""
     t0 = time.time()
     key = cache_key(spec)
-    module_dir = cache_root() / spec.name
+    root = cache_root()
+    module_dir = root / spec.name
     entry = module_dir / key
     library = entry / _library_name(spec)
     module = None
     import_failure = None
-    if entry.exists() and entry_problem(spec, entry) is None:
+    # Trusted or refused, outside in: a folder that others could have written is never read.
+    if cache_dir.check_root(root) and cache_dir.check_dir(module_dir) and cache_dir.check_dir(entry) \
+            and entry_problem(spec, entry) is None:
         try:
             module = _import_library(spec.name, library)
         except (ImportError, OSError) as e:
@@ -864,7 +926,7 @@ def get_module():
         library = _prebuilt(targets)
         try:
             if library is not None:
-                _module = _import_library(build_config.MODULE_NAME, library)
+                _module = _import_library(build_config.MODULE_NAME, library, trusted=True)
                 last_load_info.update(
                     built=False, key="aot", path=os.fspath(library), targets=list(targets),
                     seconds=time.time() - t0,
