@@ -47,13 +47,13 @@ _METADATA = "get_paged_mqa_logits_metadata: "
 
 
 def _metadata_impl(context_lens, block_kv, num_sms):
-    return native.ops().get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
+    return native.ops().get_paged_mqa_logits_metadata.default(context_lens, block_kv, num_sms)
 
 
 def _logits_impl(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits=False,
                  logits_dtype=None):
-    return native.ops().fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                                             max_context_len, clean_logits, _dtype_name(logits_dtype))
+    return native.ops().fp8_paged_mqa_logits.default(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                                                     max_context_len, clean_logits, _dtype_name(logits_dtype))
 
 
 # One implementation for every device: the extension dispatches on the tensors' device itself.
