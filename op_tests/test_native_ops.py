@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import aiter
 from aiter.jit import build_config, core
 
-REPO = Path(__file__).resolve().parents[1]
-CSRC = REPO / "csrc"
+# The sources and package under test: the checkout's, or an installed wheel's (its aiter/_csrc).
+CSRC = build_config.csrc_dir()
+PACKAGE = Path(aiter.__file__).resolve().parent
 # Headers that bring pybind11, the Python C API or all of torch's C++ API into a unit.
 HEAVY = re.compile(r"^(pybind11/|torch/extension\.h|torch/all\.h|torch/torch\.h|torch/python\.h|ATen/ATen\.h|"
                    r"torch/csrc/(api|autograd|utils)/)")
@@ -77,7 +79,7 @@ def test_gpu_binding_headers_stay_light():
 def _called_ops() -> set:
     """Names called as native.ops().<name> anywhere in the package."""
     names = set()
-    for path in (REPO / "aiter").rglob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         names.update(re.findall(r"native\.ops\(\)\.(\w+)", path.read_text()))
     return names
 
