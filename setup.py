@@ -7,8 +7,10 @@ use by aiter/jit/core.py. Two extras live here:
   torch, so run it without build isolation:
       AITER_BUILD_AOT=1 AITER_JIT_TARGETS=cpu,sm90 python -m pip install --no-build-isolation .
   Targets default to what this machine's GPUs need (AITER_JIT_TARGETS overrides, e.g. on a build
-  host without a GPU). The library and a fingerprint of its sources land in aiter/jit/; at run time
-  the JIT uses them when the sources and torch version match and the targets cover the device.
+  host without a GPU). The library (without debug info or a symbol table) and a fingerprint of its
+  sources land in aiter/jit/; at run time the JIT uses them when the sources and torch version match
+  and the targets cover the device. A CPU-only wheel, for a machine that should skip the first build:
+      AITER_BUILD_AOT=1 AITER_JIT_TARGETS=cpu python -m pip wheel --no-build-isolation --no-deps . -w dist
 """
 
 import json
@@ -51,6 +53,11 @@ class SdistWithCsrc(sdist):
                 shutil.copy2(p, dest)
 
 
+# What the ahead-of-time build adds to the JIT's flags (see aot_build).
+STRIP_COMPILE_FLAGS = ["-g0"]
+STRIP_LINK_FLAGS = ["-s"]
+
+
 def aot_build():
     """(ext_modules, cmdclass) of the ahead-of-time build, or nothing when not asked for."""
     if os.environ.get("AITER_BUILD_AOT", "").lower() not in ("1", "true", "yes", "on"):
@@ -67,12 +74,17 @@ def aot_build():
     # a mismatch and rebuilds, rather than trusting a library built from other sources.
     fingerprint = core.aot_fingerprint(spec)
     make = CUDAExtension if gpu else CppExtension
+    # setuptools compiles with the interpreter's CFLAGS, -g among them: -g0 after them drops the debug
+    # info, and -s links without a symbol table (the dynamic symbols the loader needs stay), so the
+    # wheel's library is about the JIT build's size. Neither changes the code, so they are not part
+    # of the fingerprint: the runtime compares against the JIT's own flags.
     ext = make(
         name=f"aiter.jit.{spec.name}",
         sources=[os.path.relpath(s, HERE) for s in spec.sources],
         include_dirs=list(spec.include_dirs),
-        extra_compile_args={"cxx": list(spec.extra_cflags), "nvcc": list(spec.extra_cuda_cflags)},
-        extra_link_args=list(spec.extra_ldflags),
+        extra_compile_args={"cxx": list(spec.extra_cflags) + STRIP_COMPILE_FLAGS,
+                            "nvcc": list(spec.extra_cuda_cflags)},
+        extra_link_args=list(spec.extra_ldflags) + STRIP_LINK_FLAGS,
     )
 
     class BuildAot(BuildExtension):

@@ -34,11 +34,11 @@ MiB = 1 << 20
 
 
 def best_variant() -> str:
-    from aiter.jit.core import get_module
+    from aiter.ops import native
 
     saved = os.environ.pop("AITER_FP8_MQA_CPU_SIMD", None)
     try:
-        return get_module().cpu_simd_variant()
+        return native.ops().cpu_simd_variant()
     finally:
         if saved is not None:
             os.environ["AITER_FP8_MQA_CPU_SIMD"] = saved

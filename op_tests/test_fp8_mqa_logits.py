@@ -367,10 +367,10 @@ def test_cpu_simd_variants(monkeypatch, variant):
     """Each SIMD variant (capped by AITER_FP8_MQA_CPU_SIMD; one this CPU lacks falls back to the
     widest narrower one) is the one that runs, and meets the CPU bar on odd H/D/N that exercise the
     tails of every blocking."""
-    from aiter.jit.core import get_module
+    from aiter.ops import native
 
     order = ["generic", "avx2", "avx512", "avx512bf16"]
-    module = get_module()
+    module = native.ops()
     monkeypatch.delenv("AITER_FP8_MQA_CPU_SIMD", raising=False)
     best = module.cpu_simd_variant()
     monkeypatch.setenv("AITER_FP8_MQA_CPU_SIMD", variant)

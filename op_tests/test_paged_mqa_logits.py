@@ -225,14 +225,14 @@ def test_cpu_result_independent_of_thread_count():
 @pytest.fixture(params=CPU_VARIANTS)
 def cpu_variant(request, monkeypatch):
     """Caps the CPU paths at each SIMD variant this CPU runs (the others are skipped)."""
-    from aiter.jit.core import get_module
+    from aiter.ops import native
 
     monkeypatch.delenv("AITER_FP8_MQA_CPU_SIMD", raising=False)
-    best = get_module().paged_cpu_simd_variant()
+    best = native.ops().paged_cpu_simd_variant()
     if CPU_VARIANTS.index(request.param) > CPU_VARIANTS.index(best):
         pytest.skip(f"this CPU does not run {request.param}")
     monkeypatch.setenv("AITER_FP8_MQA_CPU_SIMD", request.param)
-    assert get_module().paged_cpu_simd_variant() == request.param
+    assert native.ops().paged_cpu_simd_variant() == request.param
     return request.param
 
 

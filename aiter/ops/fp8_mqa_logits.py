@@ -22,6 +22,7 @@ import torch
 from torch.autograd import forward_ad
 
 from aiter import backends
+from aiter.ops import native
 
 __all__ = ["fp8_fp4_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
 
@@ -46,12 +47,6 @@ _OUT_OP = torch.ops.aiter.fp8_mqa_logits_out.default
 _INPUT_NAMES = ("q", "kv", "kv_scales", "weights", "cu_starts", "cu_ends")
 
 
-def _module():
-    from aiter.jit.core import get_module  # the first call builds or loads; never at import
-
-    return get_module()
-
-
 # The binding takes the logits dtype by name ("" = out's dtype, or float32 for a new tensor).
 _LOGITS_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -62,13 +57,13 @@ def _dtype_name(logits_dtype) -> str:
 
 def _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0, max_seqlen_k=0,
                      logits_dtype=None):
-    return _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None, split_n,
-                                    max_seqlen_k, _dtype_name(logits_dtype))
+    return native.ops().fp8_mqa_logits.default(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None,
+                                               split_n, max_seqlen_k, _dtype_name(logits_dtype))
 
 
 def _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0, max_seqlen_k=0):
-    _module().fp8_mqa_logits(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n,
-                             max_seqlen_k, "")
+    native.ops().fp8_mqa_logits.default(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n,
+                                        max_seqlen_k, "")
 
 
 # One implementation for every device: the extension dispatches on q's device itself.

@@ -25,9 +25,10 @@ from __future__ import annotations
 import torch
 from torch.autograd import forward_ad
 
+from aiter.ops import native
 from aiter.ops.fp8_mqa_logits import (_AFTER_AUTOGRAD, _C10_DTYPE_NAMES, _C10_LAYOUT_NAMES, _INT32_MAX,
                                       _LOGITS_DTYPE_NAMES, _MAX_LOGITS_BYTES, _check_bool, _check_logits_dtype_type,
-                                      _default_device, _dtype_name, _gpu_backend, _module, _next_is_backend)
+                                      _default_device, _dtype_name, _gpu_backend, _next_is_backend)
 
 __all__ = ["check_block_table", "fp8_fp4_paged_mqa_logits", "fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata",
            "is_supported"]
@@ -47,13 +48,13 @@ _METADATA = "get_paged_mqa_logits_metadata: "
 
 
 def _metadata_impl(context_lens, block_kv, num_sms):
-    return _module().get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
+    return native.ops().get_paged_mqa_logits_metadata.default(context_lens, block_kv, num_sms)
 
 
 def _logits_impl(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits=False,
                  logits_dtype=None):
-    return _module().fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                                          max_context_len, clean_logits, _dtype_name(logits_dtype))
+    return native.ops().fp8_paged_mqa_logits.default(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                                                     max_context_len, clean_logits, _dtype_name(logits_dtype))
 
 
 # One implementation for every device: the extension dispatches on the tensors' device itself.
@@ -380,7 +381,7 @@ def check_block_table(device=None):
         dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cpu":
         return None
-    _module().check_paged_block_table(str(dev))
+    native.ops().check_paged_block_table.default(str(dev))
     return None
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from aiter.ops.fp8_mqa_logits import _check_bool, _module, fp8_mqa_logits
+from aiter.ops import native
+from aiter.ops.fp8_mqa_logits import _check_bool, fp8_mqa_logits
 from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 
 __all__ = ["WORKSPACE_BYTES", "fp8_fp4_mqa_topk_indices", "fp8_fp4_paged_mqa_topk_indices", "fp8_mqa_topk_indices",
@@ -38,11 +39,11 @@ _lib.define("top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Ten
 
 
 def _prefill_impl(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k):
-    _module().top_k_per_row_prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
+    native.ops().top_k_per_row_prefill.default(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
 
 
 def _decode_impl(logits, next_n, seqLens, indices, numRows, stride0, stride1, k):
-    _module().top_k_per_row_decode(logits, next_n, seqLens, indices, None, numRows, stride0, stride1, k)
+    native.ops().top_k_per_row_decode.default(logits, next_n, seqLens, indices, None, numRows, stride0, stride1, k)
 
 
 # One implementation for every device: the extension dispatches on logits' device itself.

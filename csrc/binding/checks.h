@@ -3,7 +3,7 @@
 // layout, rank, size or stride, RuntimeError for a tensor on another device. The fake kernels in
 // aiter/ops/ repeat these messages word for word: change both together.
 #pragma once
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 

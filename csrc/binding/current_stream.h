@@ -2,7 +2,7 @@
 // comes from torch's own vendor header (c10::Stream::native_handle is newer than the oldest torch this
 // package supports); nothing else in the bindings is vendor-specific.
 #pragma once
-#include <torch/extension.h>
+#include <c10/core/Device.h>
 
 #if defined(AITER_WITH_SM90)
 #include <c10/cuda/CUDAStream.h>

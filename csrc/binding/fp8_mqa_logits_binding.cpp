@@ -11,9 +11,8 @@
 // for a shape or device no compiled kernel serves, RuntimeError for mixed devices and launch failures. The fake kernels in
 // aiter/ops/fp8_mqa_logits.py (_check_metadata) repeat these checks on metadata, in the same order and
 // words: change both together.
-#include <torch/extension.h>
-
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@
 
 #include "binding/checks.h"
 #include "binding/current_stream.h"
+#include "binding/empty_tensor.h"
 #include "binding/gpu_backends.h"
 #include "binding/ops.h"
 #include "common/fp8_mqa_logits_params.h"
@@ -138,7 +138,7 @@ at::Tensor allocate_logits(int64_t rows, int64_t cols, const at::TensorOptions& 
   const int64_t padded = std::max<int64_t>(1, (cols + per_256_bytes - 1) / per_256_bytes) * per_256_bytes;
   at::Tensor buffer;
   try {
-    buffer = at::empty({rows, padded}, options);
+    buffer = aiter::empty_tensor({rows, padded}, options);
   } catch (const c10::Error& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, AITER_OP, "cannot allocate the logits [M = ", rows, ", ",
                      width_name(compressed), " = ", cols, "] on ", options.device(), ": ",
@@ -213,6 +213,10 @@ const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tens
   check_device_sizes(M, N, H, q, kv);
   return backend;
 }
+
+}  // namespace
+
+namespace aiter {
 
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
                           const at::Tensor& weights, const at::Tensor& cu_starts,
@@ -347,7 +351,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
     // inside a CUDA-graph capture it comes from the graph's pool.
     const size_t workspace_bytes = gpu_backend->workspace_bytes(p, device.index());
     const at::Tensor workspace =
-        workspace_bytes > 0 ? at::empty({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte))
+        workspace_bytes > 0 ? aiter::empty_tensor({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte))
                             : at::Tensor();
     const char* err = gpu_backend->launch(p, split_n, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                           device.index(), aiter::current_stream(device));
@@ -362,23 +366,6 @@ std::vector<std::string> compiled_backends() {
   std::vector<std::string> names{"cpu"};
   for (const aiter::GpuBackend& backend : aiter::gpu_backends()) names.emplace_back(backend.name);
   return names;
-}
-
-}  // namespace
-
-namespace aiter {
-
-void register_fp8_mqa_logits(pybind11::module_& m) {
-  m.def("fp8_mqa_logits", &fp8_mqa_logits, py::arg("q"), py::arg("kv"), py::arg("kv_scales"),
-        py::arg("weights"), py::arg("cu_starts"), py::arg("cu_ends"), py::arg("clean_logits"),
-        py::arg("out"), py::arg("split_n"), py::arg("max_seqlen_k"), py::arg("logits_dtype"),
-        py::call_guard<py::gil_scoped_release>(),
-        "Writes the logits into `out` (or a new [M, N] / [M, max_seqlen_k] tensor of logits_dtype, row stride "
-        "padded to 256 bytes) and returns it.");
-  m.def("cpu_simd_variant", &cpu_simd_variant,
-        "The SIMD variant the CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
-  m.def("compiled_backends", &compiled_backends,
-        "The backends compiled into this module: a subset of ['cpu', 'sm90', 'gfx950'].");
 }
 
 }  // namespace aiter

@@ -19,8 +19,7 @@
 // mixed devices, OutOfMemoryError naming max_context_len when the logits cannot be allocated. The
 // fake kernels in aiter/ops/fp8_paged_mqa_logits.py repeat these checks on metadata, in the same
 // order and words: change both together.
-#include <torch/extension.h>
-
+#include <ATen/core/Tensor.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 
 #include "binding/checks.h"
 #include "binding/current_stream.h"
+#include "binding/empty_tensor.h"
 #include "binding/gpu_backends.h"
 #include "binding/ops.h"
 #include "binding/paged_gpu_backends.h"
@@ -113,7 +113,7 @@ at::Tensor allocate_paged_logits(int64_t rows, int64_t cols, const at::TensorOpt
   const int64_t pitch = std::max<int64_t>(1, (cols + multiple - 1) / multiple) * multiple;
   at::Tensor buffer;
   try {
-    buffer = at::empty({rows, pitch}, options);
+    buffer = aiter::empty_tensor({rows, pitch}, options);
   } catch (const c10::Error& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, kOp, "cannot allocate the logits [B * next_n = ", rows,
                      ", max_context_len = ", cols, "] (", rows * pitch * itemsize, " bytes with the row pitch) on ",
@@ -155,6 +155,10 @@ void check_recorded_bad_block(const char* op, const aiter::PagedGpuBackend& back
   if (fault.found != 0) refuse_recorded_bad_block(op, fault, device);
 }
 
+}  // namespace
+
+namespace aiter {
+
 at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t block_kv, int64_t num_sms) {
   check_defined(kMetadataOp, context_lens, "context_lens");
   TORCH_CHECK_VALUE(block_kv >= 1, kMetadataOp, "block_kv must be >= 1 (keys per cache block), got ", block_kv);
@@ -178,7 +182,7 @@ at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t
       device.is_cpu() ? nullptr : &paged_backend_for(kMetadataOp, "context_lens", device);
 
   const c10::DeviceGuard guard(device);
-  at::Tensor schedule_meta = at::empty({num_sms + 1, 2}, context_lens.options());
+  at::Tensor schedule_meta = aiter::empty_tensor({num_sms + 1, 2}, context_lens.options());
   if (backend == nullptr) {
     aiter::paged_mqa_logits_metadata_cpu(context_lens.data_ptr<int32_t>(), batches, next_n, lens_per_row, block_kv,
                                          num_sms, schedule_meta.data_ptr<int32_t>());
@@ -348,27 +352,5 @@ void check_paged_block_table(const std::string& device_name) {
 }
 
 std::string paged_cpu_simd_variant() { return aiter::fp8_paged_mqa_logits_cpu_variant(); }
-
-}  // namespace
-
-namespace aiter {
-
-void register_fp8_paged_mqa_logits(pybind11::module_& m) {
-  m.def("get_paged_mqa_logits_metadata", &get_paged_mqa_logits_metadata, py::arg("context_lens"),
-        py::arg("block_kv"), py::arg("num_sms"), py::call_guard<py::gil_scoped_release>(),
-        "The schedule of fp8_paged_mqa_logits: int32 [num_sms + 1, 2], row p the (batch, block) where share p "
-        "of the (batch, cache block) units starts; computed on context_lens' device.");
-  m.def("fp8_paged_mqa_logits", &fp8_paged_mqa_logits, py::arg("q"), py::arg("kv_cache"), py::arg("weights"),
-        py::arg("context_lens"), py::arg("block_table"), py::arg("schedule_meta"), py::arg("max_context_len"),
-        py::arg("clean_logits"), py::arg("logits_dtype"), py::call_guard<py::gil_scoped_release>(),
-        "The decode logits [B * next_n, max_context_len] of logits_dtype from a paged K cache (row pitch a "
-        "multiple of 256 elements and 1024 bytes).");
-  m.def("check_paged_block_table", &check_paged_block_table, py::arg("device"),
-        py::call_guard<py::gil_scoped_release>(),
-        "Synchronises with the device's current stream and raises the ValueError of a block_table entry "
-        "that is no block of kv_cache, read by a paged call since the last report.");
-  m.def("paged_cpu_simd_variant", &paged_cpu_simd_variant,
-        "The SIMD variant the paged CPU path runs on this machine (after AITER_FP8_MQA_CPU_SIMD's cap).");
-}
 
 }  // namespace aiter

@@ -10,7 +10,7 @@
 // the order) and hands them to the CPU path or to the GPU kernel of the tensors' device (sm90; a gfx950
 // GPU is refused by name). The fused indexer ops (aiter/ops/indexer_topk.py) call these on bounded
 // chunks of the logits.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 
 #include <c10/core/DeviceGuard.h>
 
@@ -128,6 +128,10 @@ void run(const char* op, const aiter::TopkPerRowParams& p, const at::Device& dev
 #endif
 }
 
+}  // namespace
+
+namespace aiter {
+
 void top_k_per_row_prefill(const at::Tensor& logits, const at::Tensor& row_starts, const at::Tensor& row_ends,
                            const at::Tensor& indices, const std::optional<at::Tensor>& values, int64_t num_rows,
                            int64_t stride0, int64_t stride1, int64_t k) {
@@ -169,23 +173,6 @@ void top_k_per_row_decode(const at::Tensor& logits, int64_t next_n, const at::Te
   p.next_n = next_n;
   p.lens_per_row = per_row;
   run(kDecodeOp, p, device);
-}
-
-}  // namespace
-
-namespace aiter {
-
-void register_indexer_topk(pybind11::module_& m) {
-  m.def("top_k_per_row_prefill", &top_k_per_row_prefill, py::arg("logits"), py::arg("rowStarts"),
-        py::arg("rowEnds"), py::arg("indices"), py::arg("values"), py::arg("numRows"), py::arg("stride0"),
-        py::arg("stride1"), py::arg("k"), py::call_guard<py::gil_scoped_release>(),
-        "Writes the absolute columns of each row's k largest logits in [rowStarts, rowEnds) into indices "
-        "(ascending; -1 after the last), and their values when given.");
-  m.def("top_k_per_row_decode", &top_k_per_row_decode, py::arg("logits"), py::arg("next_n"), py::arg("seqLens"),
-        py::arg("indices"), py::arg("values"), py::arg("numRows"), py::arg("stride0"), py::arg("stride1"),
-        py::arg("k"), py::call_guard<py::gil_scoped_release>(),
-        "Writes the token positions of each decode row's k largest logits among its visible keys into indices "
-        "(ascending; -1 after the last).");
 }
 
 }  // namespace aiter
