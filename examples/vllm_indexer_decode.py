@@ -124,15 +124,27 @@ def agreement(**kwargs):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--heads", type=int, default=64)
-    ap.add_argument("--next-n", type=int, default=2)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="where the op runs (default: cuda when a GPU is visible, else cpu)")
+    ap.add_argument("--heads", type=int, default=64, help="query heads H (default 64)")
+    ap.add_argument("--next-n", type=int, default=2, help="query tokens per request and step (MTP; default 2)")
+    ap.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
+                    help="comma-separated context length of each request (default %(default)s)")
     args = ap.parse_args(argv)
+    try:
+        contexts = tuple(int(c) for c in args.contexts.split(","))
+    except ValueError:
+        ap.error(f"--contexts must be comma-separated integers, got {args.contexts!r}")
+    if not contexts or min(contexts) < args.next_n:
+        ap.error(f"--contexts: every length must be >= next_n = {args.next_n}")
+    if max(contexts) > 16384:
+        ap.error(f"--contexts: lengths are at most the example's max_model_len = 16384, got {max(contexts)}")
     num_sms = (torch.cuda.get_device_properties(args.device).multi_processor_count
                if torch.device(args.device).type == "cuda" else 8)
-    frac, rows, total = agreement(heads=args.heads, next_n=args.next_n, device=args.device, num_sms=num_sms)
+    frac, rows, total = agreement(contexts=contexts, heads=args.heads, next_n=args.next_n, device=args.device,
+                                  num_sms=num_sms)
     ok = frac >= 0.999
-    print(f"{'PASS' if ok else 'FAIL'}: {total} rows (B={len(DEFAULT_CONTEXTS)}, next_n={args.next_n}, H={args.heads}) "
+    print(f"{'PASS' if ok else 'FAIL'}: {total} rows (B={len(contexts)}, next_n={args.next_n}, H={args.heads}) "
           f"on {args.device}: top-{TOPK} agreement {frac:.5f} over {rows} rows that see >= {TOPK} keys")
     return 0 if ok else 1
 
