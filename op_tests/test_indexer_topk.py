@@ -532,3 +532,31 @@ def test_bench_rows_on_the_cpu():
         assert row["fused_us"] > 0 and row["unfused_us"] > 0 and row["peer_topk_us"] > 0
     table = bench.to_markdown({"header": "h", "prefill": [pre], "decode": [dec]})
     assert table.count("\n| ") >= 4
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_wide_rows_and_crowded_bins(dtype):
+    # Rows of 32K and 131K keys (two emit windows), rows whose threshold bin holds more candidates than
+    # a CTA keeps (near-equal and all-equal logits: the multi-pass fallback), NaN / -inf / ties.
+    g = torch.Generator().manual_seed(31)
+    for width in (32768, 131072 + 17):
+        rows = 6
+        x = torch.randn(rows, width, generator=g)
+        x[1] = 1.0 + torch.rand(width, generator=g) * 0.01  # one coarse bin: more than kCandidates
+        x[2] = 0.5  # all equal: the lowest columns win
+        x[2, ::97] = 2.0
+        x[3] = tied_logits(1, width, seed=32)[0]
+        x[4, ::3] = float("nan")
+        x[4, 1::3] = float("-inf")
+        x = x.to(dtype)
+        ks = torch.tensor([0, 0, 0, 5, 100, 70000 if width > 70000 else 3], dtype=torch.int32)
+        ke = torch.full((rows,), width, dtype=torch.int32)
+        for k in (1, 2048, 4096):
+            ref = rule_topk(x.float(), ks.long(), ke.long(), k)
+            gpu = torch.full((rows, k), GARBAGE, dtype=torch.int32, device="cuda")
+            vals = torch.full((rows, k), float("nan"), device="cuda")
+            top_k_per_row_prefill(x.cuda(), ks.cuda(), ke.cuda(), gpu, vals, rows, width, 1, k)
+            assert torch.equal(gpu.cpu(), ref), f"{dtype} width={width} k={k}"
+            want = torch.where(ref >= 0, x.float().gather(1, ref.clamp(min=0).long()), torch.tensor(float("-inf")))
+            assert torch.equal(vals.cpu(), want), f"values {dtype} width={width} k={k}"

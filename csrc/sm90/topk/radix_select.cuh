@@ -1,4 +1,5 @@
-// The top-k kernel: one CTA per row, an exact radix select on the order-preserving 32-bit key of each
+// The multi-pass top-k of one row (the fallback of two_pass_select.cuh for a row whose threshold bin
+// holds more candidates than a CTA keeps): an exact radix select on the order-preserving 32-bit key of each
 // visible logit (common/indexer_topk_params.h: topk_key), then one pass in column order that writes
 // the chosen columns ascending.
 //
@@ -12,9 +13,8 @@
 //            is the column order whatever the thread timing: the output is bitwise reproducible.
 //   A row with at most k choosable keys (the first pass counts them) takes them all (T = 0: every
 //   choosable key is above it). Key 0 (NaN, -inf) is never chosen. Slots past the chosen ones get -1.
-//   When the launch gives the CTA room for its row's keys (`stage_keys` >= the window), the first pass
-//   also stores them in shared memory and the later passes read them there: the row is read from
-//   global memory once (then once more for the chosen values, when asked for).
+//   When the caller gives room for the row's keys (`stage_keys` >= the window, `staged` in shared
+//   memory), the first pass also stores them there and the later passes read them there.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -37,8 +37,6 @@ constexpr int kBinsPerLane = kBins / 32;
 constexpr int kLoadsInFlight = 16;
 constexpr int kEmitRun = 16;
 static_assert(kThreads * kEmitRun < (1 << 16), "a tile's counts are scanned as two 16-bit halves");
-// Keys a CTA may stage in shared memory: 192 KiB, within sm_90's 227 KiB per block.
-constexpr int64_t kMaxStagedKeys = 48 * 1024;
 
 __device__ __forceinline__ uint32_t key_at(const TopkPerRowParams& p, int64_t offset) {
   if (p.logits_bf16) {
@@ -99,15 +97,14 @@ __device__ __forceinline__ void pick_digit(const uint32_t* hist, uint32_t wanted
   }
 }
 
-// `stage_keys`: the keys the launch's dynamic shared memory holds (0: none).
-__global__ void __launch_bounds__(kThreads) top_k_per_row_kernel(const TopkPerRowParams p, const int64_t stage_keys) {
+// Row `row` by the whole CTA (kThreads threads). `stage_keys`: the keys `staged` holds (0: none).
+__device__ __forceinline__ void radix_select_row(const TopkPerRowParams& p, const int64_t row, const int64_t stage_keys,
+                                              uint32_t* staged) {
   using BlockScan = cub::BlockScan<uint32_t, kThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ uint32_t hist[kBins];
   __shared__ SelectState state;
-  extern __shared__ uint32_t staged[];
 
-  const int64_t row = blockIdx.x;
   int64_t begin = 0, end = 0;
   topk_row_window(p, row, &begin, &end);
   const int64_t row_offset = row * p.stride0;

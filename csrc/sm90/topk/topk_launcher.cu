@@ -1,11 +1,11 @@
-// Host side of the Hopper top-k kernel (radix_select.cuh): one CTA of kThreads per row on the caller's
-// stream; no allocation and no synchronisation, so the launch may be captured in a CUDA graph.
+// Host side of the Hopper top-k kernel (two_pass_select.cuh): one CTA of kThreads per row on the
+// caller's stream; no allocation and no synchronisation, so the launch may be captured in a CUDA graph.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "sm90/topk/launcher.h"
-#include "sm90/topk/radix_select.cuh"
+#include "sm90/topk/two_pass_select.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -13,14 +13,14 @@ namespace topk {
 
 namespace {
 
-// Lets the kernel take kMaxStagedKeys keys of dynamic shared memory, once per device.
-const char* allow_staging(int device_index) {
+// Lets the kernel take kSmemBytes of dynamic shared memory (above the 48 KiB default), once per device.
+const char* allow_shared_memory(int device_index) {
   constexpr int kMaxDevices = 64;
   static bool done[kMaxDevices] = {};
   if (device_index < 0 || device_index >= kMaxDevices) return "top_k_per_row (sm90): device index out of range";
   if (done[device_index]) return nullptr;
   const cudaError_t err = cudaFuncSetAttribute(top_k_per_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kMaxStagedKeys * sizeof(uint32_t)));
+                                               static_cast<int>(kSmemBytes));
   if (err != cudaSuccess) return cudaGetErrorString(err);
   done[device_index] = true;
   return nullptr;
@@ -32,18 +32,12 @@ const char* launch(const TopkPerRowParams& params, int device_index, void* strea
   if (params.rows == 0) return nullptr;
   if (params.k < 1 || params.k > kTopkMaxK || params.rows >= (int64_t(1) << 31) || params.width >= (int64_t(1) << 31))
     return "top_k_per_row (sm90): needs 1 <= k <= 4096 and fewer than 2^31 rows and columns";
-  // Rows no wider than kMaxStagedKeys are read from global memory once (radix_select.cuh); wider
-  // logits run without staging, so that several CTAs share an SM.
-  const int64_t stage_keys = params.width <= kMaxStagedKeys ? params.width : 0;
-  if (stage_keys > 0) {
-    const char* err = allow_staging(device_index);  // the binding's device guard makes the device current
-    if (err != nullptr) return err;
-  }
-  const size_t smem = static_cast<size_t>(stage_keys) * sizeof(uint32_t);
-  top_k_per_row_kernel<<<static_cast<unsigned>(params.rows), kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      params, stage_keys);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  const char* err = allow_shared_memory(device_index);  // the binding's device guard makes the device current
+  if (err != nullptr) return err;
+  top_k_per_row_kernel<<<static_cast<unsigned>(params.rows), kThreads, kSmemBytes,
+                         static_cast<cudaStream_t>(stream)>>>(params);
+  const cudaError_t launch_err = cudaGetLastError();
+  return launch_err == cudaSuccess ? nullptr : cudaGetErrorString(launch_err);
 }
 
 }  // namespace topk
