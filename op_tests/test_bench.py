@@ -11,7 +11,7 @@ import torch
 
 from aiter.bench import fp8_mqa_logits as bench
 from aiter.bench import fp8_paged_mqa_logits as paged_bench
-from aiter.bench import interleave
+from aiter.bench import cli, interleave
 
 
 # ---- the schedule, on fake timers ------------------------------------------------------------------
@@ -185,12 +185,12 @@ def test_the_decode_bench_gets_its_rows_on_the_cpu():
     assert len(lines) == len(rows)
     # GB/s is printed as the JSON holds it (three significant figures below 1), never as a bare 0.
     for line, r in zip(lines, rows):
-        assert line.split(" | ")[13] == paged_bench._fmt(r["gbps"]) and float(line.split(" | ")[13]) > 0
+        assert line.split(" | ")[13] == cli.fmt(r["gbps"]) and float(line.split(" | ")[13]) > 0
 
 
 def test_the_decode_bench_formats_small_figures():
-    assert paged_bench._fmt(0.4997) == "0.5" and paged_bench._fmt(0.01234) == "0.0123"
-    assert paged_bench._fmt(3350.4) == "3350" and paged_bench._fmt(None) == "-"
+    assert cli.fmt(0.4997) == "0.5" and cli.fmt(0.01234) == "0.0123"
+    assert cli.fmt(3350.4) == "3350" and cli.fmt(None) == "-"
 
 
 def test_the_decode_bench_rejects_bad_rows(capsys):

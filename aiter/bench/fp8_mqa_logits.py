@@ -37,7 +37,7 @@ import time
 
 import torch
 
-from aiter.bench import baselines, interleave, machine
+from aiter.bench import baselines, cli, interleave, machine
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
 from aiter.testing.mqa_logits import (INPUT_SETS, WINDOW_MODES, clamped_windows, compress_logits, in_window_pairs,
                                       make_input_set, make_windows, mode_applies, window_mask)
@@ -142,15 +142,6 @@ def resolve_shapes(wanted, default):
     return tuple(dict.fromkeys(out))
 
 
-def _fmt(x, digits=1):
-    """Three significant figures at least, `digits` decimals at most above 1; '-' for None."""
-    if x is None:
-        return "-"
-    if abs(x) >= 100:
-        return f"{x:.0f}"
-    if abs(x) >= 1:
-        return f"{x:.{digits}f}"
-    return f"{x:.3g}"
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -325,14 +316,14 @@ COLUMNS = ("shape", "mode", "H", "D", "clean", "variant", "µs ours", "µs basel
 
 
 def _pair(a, b):
-    return "-" if a is None and b is None else f"{_fmt(a)} / {_fmt(b)}"
+    return "-" if a is None and b is None else f"{cli.fmt(a)} / {cli.fmt(b)}"
 
 
 def _md_row(r) -> str:
     cells = (r["shape"], r["mode"], str(r["H"]), str(r["D"]), "yes" if r["clean"] else "no", r["variant"],
-             _fmt(r["us"]), _fmt(r["baseline_us"]), _fmt(r["ratio"], 2), _fmt(r["aa_ratio"], 3),
+             cli.fmt(r["us"]), cli.fmt(r["baseline_us"]), cli.fmt(r["ratio"], 2), cli.fmt(r["aa_ratio"], 3),
              _pair(r["ours_first_us"], r["ours_second_us"]), _pair(r["baseline_first_us"], r["baseline_second_us"]),
-             _fmt(r["tflops"], 2), _fmt(r["pct_peak"]), _fmt(r["floor_us"]),
+             cli.fmt(r["tflops"], 2), cli.fmt(r["pct_peak"]), cli.fmt(r["floor_us"]),
              _pair(r["graph_us"], r["baseline_graph_us"]))
     return "| " + " | ".join(cells) + " |"
 
@@ -342,8 +333,8 @@ def summary_lines(table: dict) -> list:
     for sm in table["summary"]:
         aa = ("" if sm["aa_geomean"] is None else
               f" | A/A geomean {sm['aa_geomean']:.3f} (range {sm['aa_min']:.3f}-{sm['aa_max']:.3f})")
-        lines.append(f"- H={sm['H']}, inputs {table['inputs']}: core-work geomean ratio {_fmt(sm['core_geomean'], 3)} "
-                     f"({sm['core_rows']} rows) | all-rows geomean {_fmt(sm['all_geomean'], 3)} ({sm['all_rows']} rows){aa}")
+        lines.append(f"- H={sm['H']}, inputs {table['inputs']}: core-work geomean ratio {cli.fmt(sm['core_geomean'], 3)} "
+                     f"({sm['core_rows']} rows) | all-rows geomean {cli.fmt(sm['all_geomean'], 3)} ({sm['all_rows']} rows){aa}")
     return lines
 
 
@@ -422,19 +413,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma-separated logits variants (default full): {', '.join(VARIANTS)}")
     p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
                    help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per row (GPU: at least 4, the default; CPU: 2)")
-    p.add_argument("--iters", type=int, help="timed calls per turn (GPU: at least 10; CPU default 1)")
-    p.add_argument("--no-control", action="store_true", help="skip the A/A control (halves the time per row)")
-    p.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timing of rows under 50 µs")
-    p.add_argument("--time-limit", type=float, metavar="S", help="start no new row after S seconds")
-    p.add_argument("--estimate", action="store_true", help="print the estimated GPU run time per row and exit")
-    p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
-    p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
-    args = p.parse_args(argv)
-    if args.rounds is not None and args.rounds < 1:
-        p.error("--rounds: must be >= 1")
-    if args.iters is not None and args.iters < 1:
-        p.error("--iters: must be >= 1")
+    cli.add_timing_options(p)
+    args = cli.parse_with_timing_checks(p, argv)
     return args
 
 

@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from aiter.bench import interleave, machine
+from aiter.bench import cli, interleave, machine
 from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits, get_paged_mqa_logits_metadata, is_supported
 from aiter.testing.mqa_logits import INPUT_SETS, quantize_amax_scaled, quantize_pow2_scaled
 from aiter.testing.paged_mqa_logits import (pack_kv_cache, random_block_table, reference_paged_logits,
@@ -142,15 +142,6 @@ def dtype_list(text: str):
     return names
 
 
-def _fmt(x, digits=1):
-    """`digits` decimals from 1 up, 3 significant figures below 1 (0.4997 GB/s prints 0.5, not 0); '-' for None."""
-    if x is None:
-        return "-"
-    if abs(x) >= 100:
-        return f"{x:.0f}"
-    if abs(x) >= 1:
-        return f"{x:.{digits}f}"
-    return f"{x:.3g}"
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -290,14 +281,14 @@ COLUMNS = ("H", "D", "block_kv", "B", "context", "next_n", "logits", "µs ours",
 
 
 def _pair(a, b):
-    return "-" if a is None and b is None else f"{_fmt(a)} / {_fmt(b)}"
+    return "-" if a is None and b is None else f"{cli.fmt(a)} / {cli.fmt(b)}"
 
 
 def _md_row(r) -> str:
     cells = (str(r["H"]), str(r["D"]), str(r["block_kv"]), str(r["B"]), str(r["context"]), str(r["next_n"]), r["dtype"],
-             _fmt(r["us"]), _fmt(r["baseline_us"]), _fmt(r["ratio"], 2), _fmt(r["aa_ratio"], 3),
+             cli.fmt(r["us"]), cli.fmt(r["baseline_us"]), cli.fmt(r["ratio"], 2), cli.fmt(r["aa_ratio"], 3),
              _pair(r["ours_first_us"], r["ours_second_us"]), _pair(r["baseline_first_us"], r["baseline_second_us"]),
-             _fmt(r["gbps"]), _fmt(r["pct_copy"]), _fmt(r["floor_us"]), _pair(r["graph_us"], r["baseline_graph_us"]),
+             cli.fmt(r["gbps"]), cli.fmt(r["pct_copy"]), cli.fmt(r["floor_us"]), _pair(r["graph_us"], r["baseline_graph_us"]),
              _pair(r["metadata_us"], r["baseline_metadata_us"]))
     return "| " + " | ".join(cells) + " |"
 
@@ -313,7 +304,7 @@ def to_markdown(result: dict) -> str:
         for sm in t["summary"]:
             aa = ("" if sm["aa_geomean"] is None else
                   f" | A/A geomean {sm['aa_geomean']:.3f} (range {sm['aa_min']:.3f}-{sm['aa_max']:.3f})")
-            lines.append(f"- H={sm['H']}, inputs {t['inputs']}: geomean ratio {_fmt(sm['geomean'], 3)} ({sm['rows']} rows,"
+            lines.append(f"- H={sm['H']}, inputs {t['inputs']}: geomean ratio {cli.fmt(sm['geomean'], 3)} ({sm['rows']} rows,"
                          f" {sm['below_1']} below 1){aa}")
         lines.append("")
     if result.get("skipped_for_time_limit"):
@@ -345,19 +336,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--logits-dtypes", type=dtype_list, help="comma-separated logits dtypes (default float32,bfloat16)")
     p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
                    help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per row (GPU: at least 4, the default; CPU: 2)")
-    p.add_argument("--iters", type=int, help="timed calls per turn (GPU: at least 10; CPU default 1)")
-    p.add_argument("--no-control", action="store_true", help="skip the A/A control (halves the time per row)")
-    p.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timing of rows under 50 µs")
-    p.add_argument("--time-limit", type=float, metavar="S", help="start no new row after S seconds")
-    p.add_argument("--estimate", action="store_true", help="print the estimated GPU run time per row and exit")
-    p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
-    p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
-    args = p.parse_args(argv)
-    if args.rounds is not None and args.rounds < 1:
-        p.error("--rounds: must be >= 1")
-    if args.iters is not None and args.iters < 1:
-        p.error("--iters: must be >= 1")
+    cli.add_timing_options(p)
+    args = cli.parse_with_timing_checks(p, argv)
     return args
 
 

@@ -1,0 +1,38 @@
+"""What the benchmarks' command lines and tables share: the timing options and the number format."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_timing_options(p: argparse.ArgumentParser) -> None:
+    """The options of the interleaved timing (aiter.bench.interleave) and of the output files."""
+    p.add_argument("--rounds", type=int, help="interleaved rounds per row (GPU: at least 4, the default; CPU: 2)")
+    p.add_argument("--iters", type=int, help="timed calls per turn (GPU: at least 10; CPU default 1)")
+    p.add_argument("--no-control", action="store_true", help="skip the A/A control (halves the time per row)")
+    p.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timing of rows under 50 µs")
+    p.add_argument("--time-limit", type=float, metavar="S", help="start no new row after S seconds")
+    p.add_argument("--estimate", action="store_true", help="print the estimated GPU run time per row and exit")
+    p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
+    p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
+
+
+def parse_with_timing_checks(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """p's arguments, with the timing options' bounds checked as argparse errors."""
+    args = p.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        p.error("--rounds: must be >= 1")
+    if args.iters is not None and args.iters < 1:
+        p.error("--iters: must be >= 1")
+    return args
+
+
+def fmt(x, digits=1):
+    """`digits` decimals from 1 up, 3 significant figures below 1 (0.4997 prints 0.5, not 0); '-' for None."""
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 1:
+        return f"{x:.{digits}f}"
+    return f"{x:.3g}"
