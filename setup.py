@@ -65,10 +65,10 @@ def aot_build():
     sys.path.insert(0, os.fspath(HERE))
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    from aiter.jit import core
+    from aiter.jit import build_config, core
 
     targets = core.detect_targets()
-    spec = core.module_spec(targets)
+    spec = core.module_spec(targets, build_config.CPU_SIMD_VARIANTS)  # every variant: wheels move
     gpu = len(targets) > 1
     # Fingerprint the sources before compiling: if they change during the build, the runtime sees
     # a mismatch and rebuilds, rather than trusting a library built from other sources.

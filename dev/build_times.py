@@ -5,6 +5,7 @@ runs (user + sys CPU seconds of the compiler and its children, and wall seconds)
     python -m dev.build_times                      # the CPU module, jobs as the JIT picks them
     python -m dev.build_times --targets cpu,sm90   # a GPU module (needs nvcc)
     python -m dev.build_times --jobs 2 --keep /tmp/b
+    python -m dev.build_times --cpu-simd all       # every CPU SIMD variant, as the AOT build
 
 CPU seconds are the figure to compare on a shared machine: wall time depends on what else runs.
 The build runs in a fresh directory through torch's cpp_extension, as aiter/jit/_build_child.py
@@ -51,6 +52,8 @@ def _ninja_edges(build_dir: str) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dev.build_times", description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default="cpu", help="comma-separated JIT targets (default: cpu)")
+    parser.add_argument("--cpu-simd", default="host", metavar="host|all|V1,V2,..",
+                        help="CPU SIMD variants to build (default: this machine's, as the JIT does)")
     parser.add_argument("--jobs", type=int, default=0, help="ninja jobs for the whole build (default: the JIT's)")
     parser.add_argument("--keep", metavar="DIR", help="build in DIR and keep it (default: a temp dir, removed)")
     parser.add_argument("--units-only", action="store_true", help="skip the whole build (DIR must hold one)")
@@ -60,7 +63,11 @@ def main(argv=None) -> int:
     from aiter.jit import core
 
     targets = tuple(t for t in args.targets.split(",") if t)
-    spec = core.module_spec(targets)
+    from aiter.jit import build_config
+
+    cpu_simd = {"host": None, "all": build_config.CPU_SIMD_VARIANTS}.get(
+        args.cpu_simd, tuple(v for v in args.cpu_simd.split(",") if v))
+    spec = core.module_spec(targets, cpu_simd)
     build_dir = args.keep or tempfile.mkdtemp(prefix="aiter-build-times-")
     os.makedirs(build_dir, exist_ok=True)
     env = core._child_env(spec)
@@ -75,7 +82,9 @@ def main(argv=None) -> int:
     with open(job_path, "w") as f:
         json.dump(job, f)
     child = os.path.join(os.path.dirname(core.__file__), "_build_child.py")
-    figures: dict = {"targets": list(targets), "jobs": env["MAX_JOBS"], "units": {}}
+    figures: dict = {"targets": list(targets), "jobs": env["MAX_JOBS"], "units": {},
+                     "cpu_simd_flags": [f for f in spec.extra_cflags if "AITER_CPU_SIMD" in f]}
+    print(f"CPU SIMD variants: {figures['cpu_simd_flags']} ({len(spec.sources)} units)")
     if not args.units_only:
         wall, cpu = _timed([sys.executable, child, job_path], env=env, stdout=subprocess.DEVNULL)
         figures["build"] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}

@@ -357,7 +357,8 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
     monkeypatch.delenv("AITER_JIT_EXTRA_CUDA_CFLAGS", raising=False)
     cpu = core.module_spec(("cpu",))
-    assert cpu.sources == tuple(core.build_config.source_paths(core.build_config.COMMON_SOURCES))
+    host_simd = core.build_config.host_cpu_simd_variants()
+    assert cpu.sources == tuple(core.build_config.source_paths(core.build_config.cpu_sources(host_simd)))
     assert core.cache_key(cpu) == core.cache_key(core.module_spec(("cpu",)))
     monkeypatch.setenv("AITER_JIT_EXTRA_CFLAGS", "-DAITER_SOMETHING")
     assert core.cache_key(core.module_spec(("cpu",))) != core.cache_key(cpu)
@@ -378,6 +379,55 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     monkeypatch.setenv("AITER_JIT_EXTRA_CUDA_CFLAGS", "-DAITER_SOMETHING")
     assert core.cache_key(core.module_spec(("cpu", "sm90"))) != core.cache_key(sm90)
     assert core.module_spec(("cpu", "sm90")).extra_cuda_cflags[-1] == "-DAITER_SOMETHING"
+
+
+def test_cpu_simd_variants_are_in_the_sources_flags_and_key(monkeypatch):
+    """The JIT compiles the CPU SIMD variants this machine runs, one unit per op and variant; the
+    variant set is in the sources and the flags, so a cache shared by machines of different CPUs
+    keeps one build per set; the AOT spec holds every variant."""
+    monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
+    bc = core.build_config
+    host = bc.host_cpu_simd_variants()
+    assert host == bc.CPU_SIMD_VARIANTS[:len(host)] and host[0] == "generic"
+    assert core.module_spec(("cpu",)) == core.module_spec(("cpu",), host)
+    specs = {v: core.module_spec(("cpu",), bc.CPU_SIMD_VARIANTS[:n]) for n, v in enumerate(bc.CPU_SIMD_VARIANTS, 1)}
+    assert len({core.cache_key(s) for s in specs.values()}) == len(specs)
+    for n, (widest, spec) in enumerate(specs.items()):
+        assert f"-DAITER_CPU_SIMD_WIDEST={n}" in spec.extra_cflags
+        units = {os.path.basename(s) for s in spec.sources}
+        for variant, names in bc.CPU_SIMD_SOURCES.items():
+            held = bc.CPU_SIMD_VARIANTS.index(variant) <= n
+            assert all((os.path.basename(name) in units) == held for name in names), (widest, variant)
+        assert {os.path.basename(c) for c in bc.COMMON_SOURCES} <= units
+    # Every variant unit is listed once, and every cpu/*_<variant>.cpp file is a listed unit.
+    listed = [n for names in bc.CPU_SIMD_SOURCES.values() for n in names]
+    assert len(listed) == len(set(listed))
+    on_disk = {f"cpu/{p.name}" for p in (bc.csrc_dir() / "cpu").glob("*_cpu_*.cpp")}
+    assert on_disk == set(listed)
+    with pytest.raises(ValueError, match="prefix"):
+        bc.cpu_sources(("generic", "avx512"))
+    with pytest.raises(ValueError, match="prefix"):
+        bc.cpu_simd_flags(())
+
+
+def test_host_cpu_simd_variants_follow_the_cpu_flags(monkeypatch, tmp_path):
+    bc = core.build_config
+    real_open = open
+
+    def cpuinfo(flags):
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        return lambda name, *a, **k: real_open(path if name == "/proc/cpuinfo" else name, *a, **k)
+
+    monkeypatch.setattr(bc.platform, "machine", lambda: "x86_64")
+    for flags, want in [("sse2 avx", 1), ("avx2", 1), ("avx2 fma", 2), ("avx2 fma avx512f", 3),
+                        ("avx512f avx512_bf16", 1), ("fma avx2 avx512f avx512_bf16", 4)]:
+        monkeypatch.setattr("builtins.open", cpuinfo(flags))
+        assert bc.host_cpu_simd_variants() == bc.CPU_SIMD_VARIANTS[:want], flags
+    monkeypatch.setattr("builtins.open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    assert bc.host_cpu_simd_variants() == bc.CPU_SIMD_VARIANTS
+    monkeypatch.setattr(bc.platform, "machine", lambda: "aarch64")
+    assert bc.host_cpu_simd_variants() == ("generic",)
 
 
 def test_key_covers_the_toolchain(tmp_path, monkeypatch):
@@ -430,7 +480,9 @@ def test_aot_build_is_used_only_when_it_matches(tmp_path, monkeypatch):
     library = tmp_path / (core.build_config.MODULE_NAME + suffix)
     library.write_bytes(b"")  # only its presence matters to the lookup
     assert core._prebuilt(("cpu",), tmp_path) is None  # no metadata: not an AOT build
-    meta = {"targets": ["cpu"], "fingerprint": core.aot_fingerprint(core.module_spec(("cpu",)))}
+    # The AOT image holds every CPU SIMD variant (wheels move between machines).
+    every_variant = core.build_config.CPU_SIMD_VARIANTS
+    meta = {"targets": ["cpu"], "fingerprint": core.aot_fingerprint(core.module_spec(("cpu",), every_variant))}
     (tmp_path / core.AOT_META).write_text(json.dumps(meta))
     assert core._prebuilt(("cpu",), tmp_path) == library
     assert core._prebuilt(("cpu", "sm90"), tmp_path) is None  # does not cover the GPU

@@ -7,6 +7,7 @@ checker (``python -m dev.isa.check``), so that what CI checks is what users run.
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 MODULE_NAME = "module_fp8_mqa_logits"
@@ -21,17 +22,77 @@ def csrc_dir() -> Path:
 
 
 # Sources every build compiles: the Python module that registers the ops, each op's ATen binding and
-# its portable CPU path (prefill fp8_mqa_logits, decode fp8_paged_mqa_logits). Costliest first:
-# ninja starts the compiles in this order, so the longest one does not start last on two cores.
+# its portable CPU path (prefill fp8_mqa_logits, decode fp8_paged_mqa_logits: the planning and
+# dispatch units; their SIMD variants are CPU_SIMD_SOURCES). Costliest first: ninja starts the
+# compiles in this order, so the longest one does not start last on two cores.
 COMMON_SOURCES = (
-    "cpu/fp8_mqa_logits_cpu.cpp",
     "binding/module.cpp",
-    "binding/fp8_mqa_logits_binding.cpp",
     "binding/fp8_paged_mqa_logits_binding.cpp",
+    "binding/fp8_mqa_logits_binding.cpp",
     "binding/indexer_topk_binding.cpp",
     "cpu/fp8_paged_mqa_logits_cpu.cpp",
     "cpu/indexer_topk_cpu.cpp",
+    "cpu/fp8_mqa_logits_cpu.cpp",
 )
+# The CPU paths' SIMD variants, narrowest first (cpu/simd_level.h picks one at run time), and the
+# units of each: one per op and variant, so ninja compiles them in parallel. A build holds a prefix
+# of this list: the JIT the variants of the machine it runs on (host_cpu_simd_variants), the
+# ahead-of-time build all of them. The paged path has no avx512bf16 variant (bf16 pairs are
+# prefill's); its avx512 one serves that level.
+CPU_SIMD_VARIANTS = ("generic", "avx2", "avx512", "avx512bf16")
+CPU_SIMD_SOURCES = {
+    "generic": ("cpu/fp8_paged_mqa_logits_cpu_generic.cpp", "cpu/fp8_mqa_logits_cpu_generic.cpp"),
+    "avx2": ("cpu/fp8_paged_mqa_logits_cpu_avx2.cpp", "cpu/fp8_mqa_logits_cpu_avx2.cpp"),
+    "avx512": ("cpu/fp8_paged_mqa_logits_cpu_avx512.cpp", "cpu/fp8_mqa_logits_cpu_avx512.cpp"),
+    "avx512bf16": ("cpu/fp8_mqa_logits_cpu_avx512bf16.cpp",),
+}
+
+
+def cpu_sources(variants) -> list:
+    """COMMON_SOURCES and the units of ``variants`` (a prefix of CPU_SIMD_VARIANTS), the widest
+    variants first: they are the costliest units."""
+    _check_cpu_simd_variants(variants)
+    wide = [n for v in reversed(variants) if v in ("avx512", "avx512bf16") for n in CPU_SIMD_SOURCES[v]]
+    narrow = [n for v in variants if v not in ("avx512", "avx512bf16") for n in CPU_SIMD_SOURCES[v]]
+    return wide + list(COMMON_SOURCES) + narrow
+
+
+def cpu_simd_flags(variants) -> list:
+    """The host-compiler flag that tells the dispatch units which variants the build holds."""
+    _check_cpu_simd_variants(variants)
+    return [f"-DAITER_CPU_SIMD_WIDEST={len(variants) - 1}"]
+
+
+def _check_cpu_simd_variants(variants) -> None:
+    if tuple(variants) != CPU_SIMD_VARIANTS[:len(variants)] or not variants:
+        raise ValueError(f"CPU SIMD variants {tuple(variants)!r} are not a prefix of {CPU_SIMD_VARIANTS}")
+
+
+def host_cpu_simd_variants() -> tuple:
+    """The variants this machine runs, as cpu/simd_level.h tests them (avx2 with fma, then avx512f,
+    then avx512bf16): x86-64 Linux reads /proc/cpuinfo's flags; another architecture has only the
+    generic variant; an x86-64 machine whose flags cannot be read gets every variant (a longer
+    build; the run-time pick still decides). Where the two disagree, the run-time pick takes the
+    widest variant both allow, so the answer costs time, never correctness."""
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64", "x64"):
+        return CPU_SIMD_VARIANTS[:1]
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next(line for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return CPU_SIMD_VARIANTS
+    flags = set(line.split(":", 1)[-1].split())
+    count = 1
+    if {"avx2", "fma"} <= flags:
+        count = 2
+        if "avx512f" in flags:
+            count = 3
+            if "avx512_bf16" in flags:
+                count = 4
+    return CPU_SIMD_VARIANTS[:count]
+
+
 # Per-target kernel sources, added when the target is present.
 # sm90: the dispatch, and the kernel instances one file per H (compiled in parallel), for prefill
 # and for the paged decode kernel.

@@ -177,13 +177,17 @@ def _build_arg(flag: str) -> str:
     return shlex.quote(flag).replace("$", "$$")
 
 
-def module_spec(targets=None) -> ModuleSpec:
-    """The spec of module_fp8_mqa_logits for ``targets`` (default: this machine's)."""
+def module_spec(targets=None, cpu_simd=None) -> ModuleSpec:
+    """The spec of module_fp8_mqa_logits for ``targets`` (default: this machine's), holding the CPU
+    SIMD variants ``cpu_simd`` (default: this machine's; the ahead-of-time build passes all). The
+    variants are in the sources and the flags, so in the cache key: a cache shared by machines of
+    different CPUs keeps one build per variant set."""
     targets = tuple(targets) if targets is not None else detect_targets()
+    cpu_simd = tuple(cpu_simd) if cpu_simd is not None else build_config.host_cpu_simd_variants()
     root = build_config.csrc_dir()
-    names = list(build_config.COMMON_SOURCES)
+    names = build_config.cpu_sources(cpu_simd)
     dirs = list(build_config.COMMON_SOURCE_DIRS)
-    cflags = list(build_config.CXX_FLAGS)
+    cflags = list(build_config.CXX_FLAGS) + build_config.cpu_simd_flags(cpu_simd)
     cuda_cflags: list = []
     if "sm90" in targets:
         names += build_config.SM90_SOURCES
@@ -892,7 +896,7 @@ def _prebuilt(targets: tuple, here: Path | None = None):
     library = next((c for c in candidates if c.is_file()), None)
     if library is None or not set(targets) <= set(meta.get("targets", ())):
         return None
-    spec = module_spec(tuple(meta["targets"]))
+    spec = module_spec(tuple(meta["targets"]), build_config.CPU_SIMD_VARIANTS)
     if meta.get("fingerprint") != aot_fingerprint(spec):
         return None
     return library
