@@ -91,8 +91,8 @@ Chunks pick_chunks() {
   const char* env = std::getenv("AITER_FP8_MQA_CPU_CHUNKS");
   if (env == nullptr || *env == '\0') return defaults;
   long long values[3];
-  if (!cpu::parse_counts(env, 3, values) || values[0] < 1 || values[1] < 4 || values[1] % 4 != 0 || values[2] < kKeyBlock ||
-      values[2] % kKeyBlock != 0)
+  if (!cpu::parse_counts(env, 3, values) || values[0] < 1 || values[1] < 4 || values[1] % 4 != 0 ||
+      values[2] < kKeyBlock || values[2] % kKeyBlock != 0)
     throw std::runtime_error(std::string("fp8_mqa_logits (CPU): AITER_FP8_MQA_CPU_CHUNKS='") + env +
                              "' is not <depth words >= 1>,<heads: a multiple of 4>,<keys: a "
                              "multiple of 64>");

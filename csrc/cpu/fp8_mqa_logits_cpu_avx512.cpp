@@ -8,11 +8,13 @@ namespace aiter {
 namespace cpu {
 namespace prefill {
 
-AITER_CPU_TARGET_AVX512 void task_avx512(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
+AITER_CPU_TARGET_AVX512
+void task_avx512(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
   run_task<Fp32Format<16, 4, 4>>(params, plan, task, scratch);
 }
-AITER_CPU_TARGET_AVX512 void task_avx512_chunked(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
-                                                 uint32_t* scratch) {
+AITER_CPU_TARGET_AVX512
+void task_avx512_chunked(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
+                         uint32_t* scratch) {
   run_task_chunked<Fp32Format<16, 4, 4>>(params, plan, task, scratch);
 }
 

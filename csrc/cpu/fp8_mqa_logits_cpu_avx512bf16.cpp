@@ -125,11 +125,13 @@ struct Bf16PairFormat {
 
 }  // namespace
 
-AITER_CPU_TARGET_AVX512BF16 void task_avx512bf16(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
+AITER_CPU_TARGET_AVX512BF16
+void task_avx512bf16(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task, uint32_t* scratch) {
   run_task<Bf16PairFormat<4, 4>>(params, plan, task, scratch);
 }
-AITER_CPU_TARGET_AVX512BF16 void task_avx512bf16_chunked(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
-                                                         uint32_t* scratch) {
+AITER_CPU_TARGET_AVX512BF16
+void task_avx512bf16_chunked(const Fp8MqaLogitsParams& params, const Plan& plan, int64_t task,
+                             uint32_t* scratch) {
   run_task_chunked<Bf16PairFormat<4, 4>>(params, plan, task, scratch);
 }
 

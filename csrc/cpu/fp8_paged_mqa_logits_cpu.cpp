@@ -113,7 +113,8 @@ Chunks pick_chunks() {
   const char* env = std::getenv("AITER_FP8_PAGED_CPU_CHUNKS");
   if (env == nullptr || *env == '\0') return defaults;
   long long values[2];
-  if (!cpu::parse_counts(env, 2, values) || values[0] < 1 || values[0] > (1 << 20) || values[1] < 4 || values[1] % 4 != 0 || values[1] > 4096)
+  if (!cpu::parse_counts(env, 2, values) || values[0] < 1 || values[0] > (1 << 20) || values[1] < 4 ||
+      values[1] % 4 != 0 || values[1] > 4096)
     throw std::runtime_error(std::string("fp8_paged_mqa_logits (CPU): AITER_FP8_PAGED_CPU_CHUNKS='") + env +
                              "' is not <depth: 1 to 2^20>,<heads: a multiple of 4, at most 4096>");
   return {true, values[0], values[1]};

@@ -8,7 +8,8 @@ namespace aiter {
 namespace cpu {
 namespace paged {
 
-AITER_CPU_TARGET_AVX2 void task_avx2(const Fp8PagedMqaLogitsParams& p, const Plan& plan, int64_t task, float* scratch) {
+AITER_CPU_TARGET_AVX2
+void task_avx2(const Fp8PagedMqaLogitsParams& p, const Plan& plan, int64_t task, float* scratch) {
   run_task<MicroTile<8, 2>>(p, plan, task, scratch);
 }
 

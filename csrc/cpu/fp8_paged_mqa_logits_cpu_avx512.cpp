@@ -8,7 +8,8 @@ namespace aiter {
 namespace cpu {
 namespace paged {
 
-AITER_CPU_TARGET_AVX512 void task_avx512(const Fp8PagedMqaLogitsParams& p, const Plan& plan, int64_t task, float* scratch) {
+AITER_CPU_TARGET_AVX512
+void task_avx512(const Fp8PagedMqaLogitsParams& p, const Plan& plan, int64_t task, float* scratch) {
   run_task<MicroTile<16, 4>>(p, plan, task, scratch);
 }
 
