@@ -18,7 +18,7 @@ that one description, the same way for every op:
 
 The kernels are generated from the schema as plain Python functions of the op's own parameters (as
 :func:`collections.namedtuple` generates its class), because a kernel taking ``*args`` and looping over
-them costs a measurable share of a small call's host time.
+them costs a measurable share of a small call's host time; :func:`kernel_source` shows them.
 
 The rest are the pieces every op file shares: c10's dtype names, the one table of logits dtypes, the
 argument checks of the public entries, and the fake kernels' metadata checks, which raise the
@@ -347,18 +347,21 @@ def _refuse_grad(op, named, written):
                                f"pass forward_ad.unpack_dual({name}).primal")
 
 
-def _check_writable(op, name, t):
+def _refuse_inference(op, name):
     """torch's rule for an in-place write, as its own in-place ops apply it: an inference tensor has no
     version counter, so autograd could not see the write; torch refuses it outside inference mode even
     under no_grad."""
-    if t.is_inference() and not torch.is_inference_mode_enabled():
-        raise RuntimeError(
-            f"{op}: {name} is an inference tensor (made under torch.inference_mode()), which cannot be written "
-            f"in place outside inference mode; pass {name}.clone() or call inside torch.inference_mode()")
+    raise RuntimeError(
+        f"{op}: {name} is an inference tensor (made under torch.inference_mode()), which cannot be written "
+        f"in place outside inference mode; pass {name}.clone() or call inside torch.inference_mode()")
 
 
-def _kernel_source(op: Op, name: str, schema) -> str:
-    """The Python source of the op's implementation, Autograd, ADInplaceOrView and fake kernels."""
+def kernel_source(op: Op) -> str:
+    """The Python source of the op's implementation, Autograd, ADInplaceOrView and fake kernels, as
+    :func:`register` compiles it (print it to read what an op does between the dispatcher and the
+    native library)."""
+    schema = torch._C.parse_schema("aiter::" + op.schema)
+    name = op.label or schema.name.split("::")[1]
     args = list(schema.arguments)
     params = ", ".join(a.name for a in args)
     # The dispatcher leaves out trailing arguments that have their default values.
@@ -375,7 +378,7 @@ def _kernel_source(op: Op, name: str, schema) -> str:
     for position in sorted(op.native.fixed):
         native_args.insert(position, f"_fixed[{position}]")
     lines = [f"def impl({sig}):",
-             f"    {returns}_native().{op.native.name}.default({', '.join(native_args)})"]
+             f"    {returns}_native.ops().{op.native.name}.default({', '.join(native_args)})"]
 
     lines.append(f"def autograd(keyset, {sig}):")
     if refused:
@@ -394,7 +397,9 @@ def _kernel_source(op: Op, name: str, schema) -> str:
             if n in optional:
                 lines.append(f"    if {n} is not None:")
                 indent = "        "
-            lines += [f"{indent}_check_writable({name!r}, {n!r}, {n})", f"{indent}_increment_version({n})"]
+            lines += [f"{indent}if {n}.is_inference() and not _inference_mode_enabled():",
+                      f"{indent}    _refuse_inference({name!r}, {n!r})",
+                      f"{indent}_increment_version({n})"]
         after, below = "_AFTER_AD_INPLACE_OR_VIEW", "_below_inplace_or_view"
     else:
         after, below = "_AFTER_AUTOGRAD", "_below_autograd"
@@ -413,16 +418,16 @@ def register(op: Op) -> torch._ops.OpOverload:
     _lib.define(op.schema)
     overload = getattr(torch.ops.aiter, name).default
     namespace = {
-        "_native": native.ops, "_dtype_name": logits_dtype_name, "_fixed": op.native.fixed, "_op": overload,
+        "_native": native, "_dtype_name": logits_dtype_name, "_fixed": op.native.fixed, "_op": overload,
+        "_fake": op.fake, "_Args": collections.namedtuple(f"{name}_args", [a.name for a in schema.arguments]),
         "_grad_enabled": torch.is_grad_enabled, "_forward_ad": forward_ad, "_refuse_grad": _refuse_grad,
-        "_check_writable": _check_writable, "_increment_version": torch.autograd.graph.increment_version,
-        "_next_is_backend": _next_is_backend, "_below_autograd": torch._C._AutoDispatchBelowAutograd,
-        "_below_inplace_or_view": torch._C._AutoDispatchBelowADInplaceOrView, "_AFTER_AUTOGRAD": _AFTER_AUTOGRAD,
-        "_AFTER_AD_INPLACE_OR_VIEW": _AFTER_AD_INPLACE_OR_VIEW, "_fake": op.fake,
-        "_Args": collections.namedtuple(f"{name}_args", [a.name for a in schema.arguments]),
+        "_inference_mode_enabled": torch.is_inference_mode_enabled, "_refuse_inference": _refuse_inference,
+        "_increment_version": torch.autograd.graph.increment_version, "_next_is_backend": _next_is_backend,
+        "_below_autograd": torch._C._AutoDispatchBelowAutograd, "_AFTER_AUTOGRAD": _AFTER_AUTOGRAD,
+        "_below_inplace_or_view": torch._C._AutoDispatchBelowADInplaceOrView,
+        "_AFTER_AD_INPLACE_OR_VIEW": _AFTER_AD_INPLACE_OR_VIEW,
     }
-    source = _kernel_source(op, op.label or name, schema)
-    exec(compile(source, f"<aiter.ops kernels of {name}>", "exec"), namespace)
+    exec(compile(kernel_source(op), f"<aiter.ops kernels of {name}>", "exec"), namespace)
     _lib.impl(name, namespace["impl"], "CompositeExplicitAutograd")
     _lib.impl(name, namespace["autograd"], "Autograd", with_keyset=True)
     if "inplace_or_view" in namespace:

@@ -128,7 +128,8 @@ def _out_fake(a):
     _check_metadata(a, a.out)
 
 
-# The binding takes out (None: allocate) and the logits dtype by name ("": out's dtype).
+# The native op takes out (its argument 7: None = allocate) and then the logits dtype by name (its
+# argument 10: "" = out's dtype).
 _FUNCTIONAL_OP = b.register(b.Op(
     "fp8_mqa_logits(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, Tensor cu_ends, "
     "bool clean_logits=True, int split_n=0, int max_seqlen_k=0, ScalarType? logits_dtype=None) -> Tensor",
@@ -164,7 +165,7 @@ def fp8_mqa_logits(q=None, kv=None, kv_scales=None, weights=None, cu_starts=None
         q = _one_of(q, Q, "q", "Q")
         kv = _one_of(kv, KV, "kv", "KV")
     tensors = (q, kv, kv_scales, weights, cu_starts, cu_ends)
-    if any(t is None for t in tensors):
+    if q is None or kv is None or kv_scales is None or weights is None or cu_starts is None or cu_ends is None:
         missing = [name for name, t in zip(_INPUT_NAMES, tensors) if t is None]
         raise TypeError(f"fp8_mqa_logits() missing required argument(s): {', '.join(missing)}")
     b.check_bool(clean_logits, "clean_logits", f)

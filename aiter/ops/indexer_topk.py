@@ -37,7 +37,7 @@ _PREFILL_OP = b.register(b.Op(
     "top_k_per_row_prefill(Tensor logits, Tensor rowStarts, Tensor rowEnds, Tensor(a!) indices, Tensor(b!)? values, "
     "int numRows, int stride0, int stride1, int k) -> ()",
     native=b.Native("top_k_per_row_prefill"), fake=lambda a: None))
-# The binding's decode form takes values too; aiter's has none.
+# The native decode op takes values too (its argument 4); aiter's form has none.
 _DECODE_OP = b.register(b.Op(
     "top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Tensor(a!) indices, int numRows, int stride0, "
     "int stride1, int k) -> ()",
