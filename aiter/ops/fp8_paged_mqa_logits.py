@@ -16,8 +16,9 @@ The entries go through torch custom ops registered here at import
 way aiter/ops/_boundary.py registers every op of this package: not differentiable, traced by
 torch.compile, torch.export and CUDA-graph capture through fake kernels that repeat the binding's
 checks. The implementation calls the native library (csrc/binding/fp8_paged_mqa_logits_binding.cpp).
-Nothing here synchronises with the device or reads tensor values. The CPU path serves any H, D, block_kv and next_n; the sm90 kernel what its
-``capabilities.h`` lists (``is_supported`` answers); another GPU is a NotImplementedError naming it.
+Nothing here synchronises with the device or reads tensor values. The CPU path serves any H, D,
+block_kv and next_n; the sm90 kernel what its ``capabilities.h`` lists (``is_supported`` answers);
+another GPU is a NotImplementedError naming it.
 """
 
 from __future__ import annotations
