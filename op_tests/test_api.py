@@ -70,6 +70,24 @@ def test_opcheck_out(fp8_aware_allclose, clean):
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
+# Every custom op of the package, and whether it writes an argument.
+CUSTOM_OPS = {"fp8_mqa_logits": False, "fp8_mqa_logits_out": True, "get_paged_mqa_logits_metadata": False,
+              "fp8_paged_mqa_logits": False, "top_k_per_row_prefill": True, "top_k_per_row_decode": True}
+
+
+@pytest.mark.parametrize("name", CUSTOM_OPS)
+def test_every_custom_op_is_registered_alike(name):
+    """One registration for every op (aiter/ops/_boundary.py): the implementation for every device,
+    the Autograd kernel, the ADInplaceOrView kernel exactly when the op writes an argument, the fake."""
+    qualname = f"aiter::{name}"
+    has = {key: torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key)
+           for key in ("CompositeExplicitAutograd", "Autograd", "ADInplaceOrView", "Meta", "CPU", "CUDA")}
+    assert has == {"CompositeExplicitAutograd": True, "Autograd": True, "ADInplaceOrView": CUSTOM_OPS[name],
+                   "Meta": True, "CPU": False, "CUDA": False}, has
+    schema = getattr(torch.ops.aiter, name).default._schema
+    assert any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments) == CUSTOM_OPS[name]
+
+
 def test_functional_returns_new_tensor():
     args = _case()
     out = fp8_mqa_logits(*args)

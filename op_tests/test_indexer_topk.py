@@ -426,12 +426,48 @@ def test_custom_ops_opcheck():
     ks = torch.tensor([0, 5, 100, 300], dtype=torch.int32)
     ke = torch.tensor([300, 6, 50, 300], dtype=torch.int32)
     out = torch.empty(4, 16, dtype=torch.int32)
-    # The schema (what is mutated) and the fake kernels; the autograd checks add nothing for int32 outputs.
-    utils = ("test_schema", "test_faketensor")
-    torch.library.opcheck(torch.ops.aiter.top_k_per_row_prefill.default,
-                          (logits, ks, ke, out, None, 4, 300, 1, 16), test_utils=utils)
-    torch.library.opcheck(torch.ops.aiter.top_k_per_row_decode.default, (logits, 1, ke, out, 4, 300, 1, 16),
-                          test_utils=utils)
+    values = torch.empty(4, 16)
+    # Every check: the schema (what is mutated), the fake kernels, the autograd registration, AOT dispatch.
+    for args in ((logits, ks, ke, out, None, 4, 300, 1, 16), (logits, ks, ke, out, values, 4, 300, 1, 16),
+                 (logits.clone().requires_grad_(), ks, ke, out, None, 4, 300, 1, 16)):
+        torch.library.opcheck(torch.ops.aiter.top_k_per_row_prefill.default, args)
+    torch.library.opcheck(torch.ops.aiter.top_k_per_row_decode.default, (logits, 1, ke, out, 4, 300, 1, 16))
+
+
+@pytest.mark.parametrize("form", ["prefill", "decode"])
+def test_custom_ops_write_as_torch_in_place_ops(form):
+    """What the ops write follows torch's in-place rules (as fp8_mqa_logits_out's out): the version
+    counter is bumped, an inference tensor is refused outside inference mode, and a float output that
+    requires grad is refused. The logits may require grad: the indices are integers."""
+    logits = tied_logits(4, 300, seed=2, specials=False)
+    ks = torch.zeros(4, dtype=torch.int32)
+    ke = torch.full((4,), 300, dtype=torch.int32)
+
+    def run(out, values=None, logits=logits):
+        if form == "prefill":
+            torch.ops.aiter.top_k_per_row_prefill(logits, ks, ke, out, values, 4, 300, 1, 16)
+        else:
+            torch.ops.aiter.top_k_per_row_decode(logits, 1, ke, out, 4, 300, 1, 16)
+
+    out = torch.full((4, 16), GARBAGE, dtype=torch.int32)
+    before = out._version
+    run(out, logits=logits.clone().requires_grad_())
+    assert out._version == before + 1
+    expected = out.clone()
+    with torch.inference_mode():
+        frozen = torch.full((4, 16), GARBAGE, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=rf"^top_k_per_row_{form}: indices is an inference tensor"):
+        run(frozen)
+    with torch.inference_mode():
+        run(frozen)
+    assert torch.equal(frozen, expected)
+    if form == "prefill":
+        values = torch.empty(4, 16, requires_grad=True)
+        with pytest.raises(RuntimeError, match=r"^top_k_per_row_prefill: values is a leaf tensor that requires grad"):
+            run(out, values)
+        with torch.no_grad():
+            run(out, values)
+        assert torch.equal(values.detach(), torch.gather(logits, 1, expected.long()))
 
 
 def test_exports():

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from aiter.ops import native
-from aiter.ops.fp8_mqa_logits import _check_bool, fp8_mqa_logits
+from aiter.ops import _boundary as b
+from aiter.ops.fp8_mqa_logits import fp8_mqa_logits
 from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits, get_paged_mqa_logits_metadata
 
 __all__ = ["WORKSPACE_BYTES", "fp8_fp4_mqa_topk_indices", "fp8_fp4_paged_mqa_topk_indices", "fp8_mqa_topk_indices",
@@ -31,47 +31,17 @@ WORKSPACE_BYTES = 64 << 20
 # The largest k the top-k kernels serve (common/indexer_topk_params.h: kTopkMaxK).
 MAX_K = 4096
 
-_lib = torch.library.Library("aiter", "FRAGMENT")
-_lib.define("top_k_per_row_prefill(Tensor logits, Tensor rowStarts, Tensor rowEnds, Tensor(a!) indices, "
-            "Tensor(b!)? values, int numRows, int stride0, int stride1, int k) -> ()")
-_lib.define("top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Tensor(a!) indices, "
-            "int numRows, int stride0, int stride1, int k) -> ()")
-
-
-def _prefill_impl(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k):
-    native.ops().top_k_per_row_prefill.default(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
-
-
-def _decode_impl(logits, next_n, seqLens, indices, numRows, stride0, stride1, k):
-    native.ops().top_k_per_row_decode.default(logits, next_n, seqLens, indices, None, numRows, stride0, stride1, k)
-
-
-# One implementation for every device: the extension dispatches on logits' device itself.
-_lib.impl("top_k_per_row_prefill", _prefill_impl, "CompositeExplicitAutograd")
-_lib.impl("top_k_per_row_decode", _decode_impl, "CompositeExplicitAutograd")
-
-
-@torch.library.register_fake("aiter::top_k_per_row_prefill")
-def _prefill_fake(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k):
-    return None
-
-
-@torch.library.register_fake("aiter::top_k_per_row_decode")
-def _decode_fake(logits, next_n, seqLens, indices, numRows, stride0, stride1, k):
-    return None
-
-
-def _check_int(value, name, function):
-    # bool is an int in Python; a count or a stride given as True is a mistake.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{function}: {name} must be an int, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _check_tensor(value, name, function):
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{function}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    return value
+# The binding checks every argument; the fake kernels have no result to describe. The logits may
+# require grad (the indices are integers, not a function to differentiate); what the ops write may not.
+_PREFILL_OP = b.register(b.Op(
+    "top_k_per_row_prefill(Tensor logits, Tensor rowStarts, Tensor rowEnds, Tensor(a!) indices, Tensor(b!)? values, "
+    "int numRows, int stride0, int stride1, int k) -> ()",
+    native=b.Native("top_k_per_row_prefill"), fake=lambda a: None))
+# The native decode op takes values too (its argument 4); aiter's form has none.
+_DECODE_OP = b.register(b.Op(
+    "top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Tensor(a!) indices, int numRows, int stride0, "
+    "int stride1, int k) -> ()",
+    native=b.Native("top_k_per_row_decode", fixed={4: None}), fake=lambda a: None))
 
 
 def top_k_per_row_prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048,
@@ -86,13 +56,13 @@ def top_k_per_row_prefill(logits, rowStarts, rowEnds, indices, values, numRows, 
     """
     f = "top_k_per_row_prefill"
     for name, t in (("logits", logits), ("rowStarts", rowStarts), ("rowEnds", rowEnds), ("indices", indices)):
-        _check_tensor(t, name, f)
+        b.check_tensor(t, name, f)
     if values is not None:
-        _check_tensor(values, "values", f)
+        b.check_tensor(values, "values", f)
     for name, v in (("numRows", numRows), ("stride0", stride0), ("stride1", stride1), ("k", k)):
-        _check_int(v, name, f)
-    _check_bool(stable, "stable", f)
-    torch.ops.aiter.top_k_per_row_prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
+        b.check_int(v, name, f)
+    b.check_bool(stable, "stable", f)
+    _PREFILL_OP(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
 
 
 def top_k_per_row_decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k=2048, stable=False) -> None:
@@ -101,18 +71,18 @@ def top_k_per_row_decode(logits, next_n, seqLens, indices, numRows, stride0, str
     writes indices[r, :k] (int32 positions, ascending, then -1). ``stable`` as for the prefill form."""
     f = "top_k_per_row_decode"
     for name, t in (("logits", logits), ("seqLens", seqLens), ("indices", indices)):
-        _check_tensor(t, name, f)
+        b.check_tensor(t, name, f)
     for name, v in (("next_n", next_n), ("numRows", numRows), ("stride0", stride0), ("stride1", stride1), ("k", k)):
-        _check_int(v, name, f)
-    _check_bool(stable, "stable", f)
-    torch.ops.aiter.top_k_per_row_decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k)
+        b.check_int(v, name, f)
+    b.check_bool(stable, "stable", f)
+    _DECODE_OP(logits, next_n, seqLens, indices, numRows, stride0, stride1, k)
 
 
 # ---- fused: logits in bounded chunks, then the top-k kernel on each ----------------------------------
 
 
 def _check_topk_out(topk_indices, rows, device, function):
-    _check_tensor(topk_indices, "topk_indices", function)
+    b.check_tensor(topk_indices, "topk_indices", function)
     if topk_indices.dtype != torch.int32:
         raise TypeError(f"{function}: topk_indices must have dtype torch.int32, got {topk_indices.dtype}")
     if topk_indices.dim() != 2 or topk_indices.shape[0] != rows:
@@ -132,7 +102,7 @@ def _check_topk_out(topk_indices, rows, device, function):
 def _chunk(total, bytes_per_item, workspace_bytes, function):
     if workspace_bytes is None:
         workspace_bytes = WORKSPACE_BYTES
-    _check_int(workspace_bytes, "workspace_bytes", function)
+    b.check_int(workspace_bytes, "workspace_bytes", function)
     if workspace_bytes < 1:
         raise ValueError(f"{function}: workspace_bytes must be >= 1, got {workspace_bytes}")
     return max(1, min(total, workspace_bytes // max(1, bytes_per_item)))
@@ -141,7 +111,7 @@ def _chunk(total, bytes_per_item, workspace_bytes, function):
 def _mqa_topk_into(q, kv, kv_scales, weights, cu_starts, cu_ends, topk_indices, workspace_bytes, function):
     for name, t in (("q", q), ("kv", kv), ("kv_scales", kv_scales), ("weights", weights), ("cu_seqlen_ks", cu_starts),
                     ("cu_seqlen_ke", cu_ends)):
-        _check_tensor(t, name, function)
+        b.check_tensor(t, name, function)
     if q.dim() != 3 or kv.dim() != 2:
         raise ValueError(f"{function}: q must be 3-D [M, H, D] and kv 2-D [N, D], got shapes {tuple(q.shape)} and "
                          f"{tuple(kv.shape)}")
@@ -162,7 +132,7 @@ def _mqa_topk_into(q, kv, kv_scales, weights, cu_starts, cu_ends, topk_indices, 
         # clean_logits=False: the top-k reads only each row's window, so the rest needs no -inf.
         fp8_mqa_logits(q[first:last], kv, kv_scales, weights[first:last], cu_starts[first:last], cu_ends[first:last],
                        False, out=logits)
-        torch.ops.aiter.top_k_per_row_prefill(logits, cu_starts[first:last], cu_ends[first:last],
+        _PREFILL_OP(logits, cu_starts[first:last], cu_ends[first:last],
                                               topk_indices[first:last], None, last - first, logits.stride(0),
                                               logits.stride(1), k)
 
@@ -177,8 +147,8 @@ def _paged_topk_into(q, kv_cache, weights, context_lens, block_tables, max_model
                      function):
     for name, t in (("q", q), ("kv_cache", kv_cache), ("weights", weights), ("context_lens", context_lens),
                     ("block_tables", block_tables)):
-        _check_tensor(t, name, function)
-    _check_int(max_model_len, "max_model_len", function)
+        b.check_tensor(t, name, function)
+    b.check_int(max_model_len, "max_model_len", function)
     if max_model_len < 0:
         raise ValueError(f"{function}: max_model_len must be >= 0, got {max_model_len}")
     if q.dim() != 4 or kv_cache.dim() != 4:
@@ -202,18 +172,9 @@ def _paged_topk_into(q, kv_cache, weights, context_lens, block_tables, max_model
         meta = get_paged_mqa_logits_metadata(lens, block_kv, num_sms)
         logits = fp8_paged_mqa_logits(q[first:last], kv_cache, weights[first * next_n:last * next_n], lens,
                                       block_tables[first:last], meta, max_model_len, False)
-        torch.ops.aiter.top_k_per_row_decode(logits, next_n, lens, topk_indices[first * next_n:last * next_n],
+        _DECODE_OP(logits, next_n, lens, topk_indices[first * next_n:last * next_n],
                                              (last - first) * next_n, logits.stride(0), logits.stride(1), k)
         del logits  # freed before the next chunk's are allocated: one chunk of logits at a time
-
-
-def _q_pair(q, function):
-    if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{function}: q must be the pair (q e4m3fn, q_scale or None)")
-    if q[1] is not None:
-        raise NotImplementedError(f"{function}: a q scale means FP4 queries, which this package does not serve; "
-                                  f"pass q=(q_fp8, None) with e4m3fn queries")
-    return q[0]
 
 
 def fp8_fp4_mqa_topk_indices(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, topk_indices) -> bool:
@@ -221,10 +182,9 @@ def fp8_fp4_mqa_topk_indices(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, topk_in
     chunk's K (absolute) of each row's k largest logits in [cu_seqlen_ks, cu_seqlen_ke), ascending, then
     -1; returns True. ``q = (q [M, H, D] e4m3fn, None)``, ``kv = (kv [N, D] e4m3fn, kv_scales [N])``."""
     f = "fp8_fp4_mqa_topk_indices"
-    q_fp8 = _q_pair(q, f)
-    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
-        raise TypeError(f"{f}: kv must be the pair (kv [N, D] e4m3fn, kv_scales [N] float32)")
-    _mqa_topk_into(q_fp8, kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke, topk_indices, None, f)
+    q_fp8 = b.fp8_queries(q, f)
+    kv_fp8, kv_scales = b.pair(kv, "kv", f, "kv [N, D] e4m3fn, kv_scales [N] float32")
+    _mqa_topk_into(q_fp8, kv_fp8, kv_scales, weights, cu_seqlen_ks, cu_seqlen_ke, topk_indices, None, f)
     return True
 
 
@@ -236,9 +196,20 @@ def fp8_fp4_paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_tab
     returns True. ``q = (q [B, next_n, H, D] e4m3fn, None)``; the schedule is computed internally, on the
     device."""
     f = "fp8_fp4_paged_mqa_topk_indices"
-    q_fp8 = _q_pair(q, f)
+    q_fp8 = b.fp8_queries(q, f)
     _paged_topk_into(q_fp8, kv_cache, weights, context_lens, block_tables, max_model_len, topk_indices, None, f)
     return True
+
+
+def _new_topk_indices(q, rows, topk, out, function):
+    """The functional forms' result: ``out``, or a new int32 [rows, topk] on q's device."""
+    b.check_tensor(q, "q", function)
+    b.check_int(topk, "topk", function)
+    if topk < 0 or topk > MAX_K:
+        raise ValueError(f"{function}: topk must be in [0, {MAX_K}], got {topk}")
+    if out is not None:
+        return out
+    return torch.empty((rows(q), topk), dtype=torch.int32, device=q.device)
 
 
 def fp8_mqa_topk_indices(q, kv, kv_scales, weights, cu_starts, cu_ends, topk=2048, *, out=None,
@@ -247,12 +218,7 @@ def fp8_mqa_topk_indices(q, kv, kv_scales, weights, cu_starts, cu_ends, topk=204
     ``workspace_bytes`` caps the logits chunk (default ``WORKSPACE_BYTES``; the result does not depend
     on it)."""
     f = "fp8_mqa_topk_indices"
-    _check_tensor(q, "q", f)
-    _check_int(topk, "topk", f)
-    if topk < 0 or topk > MAX_K:
-        raise ValueError(f"{f}: topk must be in [0, {MAX_K}], got {topk}")
-    if out is None:
-        out = torch.empty((q.shape[0] if q.dim() else 0, topk), dtype=torch.int32, device=q.device)
+    out = _new_topk_indices(q, lambda q: q.shape[0] if q.dim() else 0, topk, out, f)
     _mqa_topk_into(q, kv, kv_scales, weights, cu_starts, cu_ends, out, workspace_bytes, f)
     return out
 
@@ -262,12 +228,6 @@ def fp8_paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_tables,
     """The functional decode form: returns int32 [B * next_n, topk] (or fills ``out``); ``workspace_bytes``
     as for the prefill form."""
     f = "fp8_paged_mqa_topk_indices"
-    _check_tensor(q, "q", f)
-    _check_int(topk, "topk", f)
-    if topk < 0 or topk > MAX_K:
-        raise ValueError(f"{f}: topk must be in [0, {MAX_K}], got {topk}")
-    if out is None:
-        rows = q.shape[0] * q.shape[1] if q.dim() >= 2 else 0
-        out = torch.empty((rows, topk), dtype=torch.int32, device=q.device)
+    out = _new_topk_indices(q, lambda q: q.shape[0] * q.shape[1] if q.dim() >= 2 else 0, topk, out, f)
     _paged_topk_into(q, kv_cache, weights, context_lens, block_tables, max_model_len, out, workspace_bytes, f)
     return out
