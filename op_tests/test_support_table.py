@@ -178,11 +178,10 @@ def test_readme_matrix_is_the_table():
     rows, _ = _table_after((ROOT / "README.md").read_text(), "## What is supported")
     sm90 = _row(rows, "CUDA sm_90a")
     assert _values(sm90[1]) == SM90.heads and _values(sm90[2]) == SM90.head_dims
-    paged = dict(part.split(" ", 1) for part in sm90[4].split(", "))
-    assert _values(paged["H"], "/") == SM90.paged_heads
-    assert _values(paged["D"], "/") == SM90.paged_head_dims
-    assert _values(paged["block_kv"], "/") == SM90.paged_block_kv
-    assert _values(paged["next_n"], "/") == SM90.paged_next_n
+    paged = {name: _values(re.search(rf"\b{name} ([\d/]+)", sm90[4]).group(1), "/")
+             for name in ("H", "D", "block_kv", "next_n")}
+    assert paged == {"H": SM90.paged_heads, "D": SM90.paged_head_dims, "block_kv": SM90.paged_block_kv,
+                     "next_n": SM90.paged_next_n}
     # The lists read as a product: where the column bound cuts it, the matrix must say so.
     assert max(SM90.paged_heads) * max(SM90.paged_next_n) <= SM90.paged_columns or "next_n x H" in sm90[4]
     gfx950 = _row(rows, "ROCm gfx950")

@@ -80,6 +80,8 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
   return err == cudaSuccess ? nullptr : launch_error_text(err);
 }
 
+static_assert(kServedPagedColumns <= 2 * kWgmmaCols, "capabilities.h's column bound is the widest tile PagedShape takes");
+
 template <int H, int D, int NEXT_N>
 const char* launch_element(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
   return params.logits_dtype == LogitsDtype::kBFloat16
