@@ -94,12 +94,13 @@ const char* launch_heads(const Fp8PagedMqaLogitsParams& params, int device_index
   return dispatch_listed<kServedPagedHeadDims>(
       params.D,
       [&](auto head_dim) {
+        constexpr int kHeadDim = decltype(head_dim)::value;
         return dispatch_listed<kServedPagedNextN>(
             params.next_n,
             [&](auto next_n) -> const char* {
               constexpr int kNextN = decltype(next_n)::value;
               if constexpr (kNextN * H <= kServedPagedColumns)
-                return launch_element<H, decltype(head_dim)::value, kNextN>(params, device_index, stream);
+                return launch_element<H, kHeadDim, kNextN>(params, device_index, stream);
               else
                 return "fp8_paged_mqa_logits (sm90): next_n x H is more columns than a batch's tile holds "
                        "(capabilities.h)";
