@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import aiter
+from aiter import backends
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, fp8_mqa_logits_deepgemm, is_supported
 from aiter.testing.mqa_logits import make_inputs, make_windows, reference_logits
 
@@ -172,11 +173,16 @@ def test_is_supported():
         return
     for H, D in ((32, 128), (64, 128), (16, 128), (32, 64), (16, 64), (8, 128), (32, 32), (48, 128)):
         got = is_supported(H, D, "cuda")
+        # The support tables (capabilities.h; op_tests/test_backends.py checks the parse against
+        # the compiled lists) against the answer for this device.
         if torch.version.hip:
             arch = torch.cuda.get_device_properties(0).gcnArchName
-            want = arch.startswith("gfx950") and H in (16, 32, 64) and D in (64, 128)
+            table = backends.backends()["gfx950"]
+            want = arch.startswith(table.arch_prefix) and H in table.heads and D in table.head_dims
         else:
-            want = torch.cuda.get_device_capability(0) == (9, 0) and H in (8, 16, 32, 64) and D in (32, 64, 128)
+            table = backends.backends()["sm90"]
+            want = (torch.cuda.get_device_capability(0) == table.compute_capability and H in table.heads and
+                    D in table.head_dims)
         assert got == want, (H, D)
 
 

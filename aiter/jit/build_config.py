@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 
 MODULE_NAME = "module_fp8_mqa_logits"
@@ -93,28 +94,39 @@ def host_cpu_simd_variants() -> tuple:
     return CPU_SIMD_VARIANTS[:count]
 
 
-# Per-target kernel sources, added when the target is present.
-# sm90: the dispatch, and the kernel instances one file per H (compiled in parallel), for prefill
-# and for the paged decode kernel.
+# Per-target kernel sources, added when the target is present: each backend's launchers, and its
+# kernel instances one file per served H (compiled in parallel), listed from the backend's support
+# table (csrc/<backend>/capabilities.h) so that an H added there is built with no edit here.
+_INT_LIST = re.compile(r"constexpr\s+int\s+(k\w+)\[\]\s*=\s*\{([^}]*)\};")
+_STRING = re.compile(r"constexpr\s+const\s+char\s+(k\w+)\[\]\s*=\s*\"([^\"]*)\";")
+_INT = re.compile(r"constexpr\s+int\s+(k\w+)\s*=\s*(-?\d+);")
+_BOOL = re.compile(r"constexpr\s+bool\s+(k\w+)\s*=\s*(true|false);")
+
+
+def read_capabilities(backend: str) -> dict:
+    """The facts of csrc/<backend>/capabilities.h (the forms common/capabilities.h names), by name."""
+    text = (csrc_dir() / backend / "capabilities.h").read_text()
+    facts: dict = {name: tuple(int(v) for v in body.split(",") if v.strip()) for name, body in _INT_LIST.findall(text)}
+    facts.update((name, int(value)) for name, value in _INT.findall(text))
+    facts.update(_STRING.findall(text))
+    facts.update((name, value == "true") for name, value in _BOOL.findall(text))
+    return facts
+
+
+_SM90 = read_capabilities("sm90")
+_GFX950 = read_capabilities("gfx950")
+# sm90: the instance files are by position in the table (heads_slot_<i>.cu holds kServedHeads[i]).
 SM90_SOURCES = (
     "sm90/launcher.cu",
-    "sm90/instances/heads_8.cu",
-    "sm90/instances/heads_16.cu",
-    "sm90/instances/heads_32.cu",
-    "sm90/instances/heads_64.cu",
+    *(f"sm90/instances/heads_slot_{i}.cu" for i in range(len(_SM90["kServedHeads"]))),
     "sm90/paged/paged_launcher.cu",
-    "sm90/paged/instances/paged_heads_8.cu",
-    "sm90/paged/instances/paged_heads_16.cu",
-    "sm90/paged/instances/paged_heads_32.cu",
-    "sm90/paged/instances/paged_heads_64.cu",
+    *(f"sm90/paged/instances/paged_heads_slot_{i}.cu" for i in range(len(_SM90["kServedPagedHeads"]))),
     "sm90/topk/topk_launcher.cu",
 )
-# gfx950: the host launcher, and the kernel instances one file per H (compiled in parallel).
+# gfx950: the instance files are by H (instances.h names each kernel after its H).
 GFX950_SOURCES = (
     "gfx950/fp8_mqa_logits_gfx950.hip",
-    "gfx950/instances/gfx950_heads_16.hip",
-    "gfx950/instances/gfx950_heads_32.hip",
-    "gfx950/instances/gfx950_heads_64.hip",
+    *(f"gfx950/instances/gfx950_heads_{h}.hip" for h in _GFX950["kServedHeads"]),
 )
 # Includes name their folder from csrc/: "common/...", "cpu/...", "sm90/...", "gfx950/...".
 INCLUDE_DIRS = (".",)

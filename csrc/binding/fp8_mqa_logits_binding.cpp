@@ -184,7 +184,7 @@ const aiter::GpuBackend& backend_for(const at::Device& device) {
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,
 // split_n, the kernels' size and alignment limits): made before the output is allocated.
 const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tensor& kv, int64_t split_n,
-                                             bool bf16_logits, int64_t max_seqlen_k, bool clean_logits) {
+                                             int64_t max_seqlen_k) {
   const bool compressed = max_seqlen_k > 0;
   const at::Device device = q.device();
   const aiter::GpuBackend& backend = backend_for(device);
@@ -192,17 +192,6 @@ const aiter::GpuBackend& checked_gpu_backend(const at::Tensor& q, const at::Tens
   TORCH_CHECK_NOT_IMPLEMENTED(backend.serves(H, D), AITER_OP, "the ", backend.name, " kernel serves ",
                               backend.serves_text, ", got q of shape ", q.sizes(), " (H = ", H, ", D = ", D,
                               "); use CPU tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(!bf16_logits || backend.serves_bf16_logits, AITER_OP, "the ", backend.name,
-                              " kernel does not write bfloat16 logits yet; pass logits_dtype=torch.float32 "
-                              "(or a float32 out) and convert, or use CPU tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(!compressed || backend.serves_compressed, AITER_OP, "the ", backend.name,
-                              " kernel does not write the compressed layout (max_seqlen_k > 0) yet; pass "
-                              "max_seqlen_k=0 and read row m's window at columns ks[m]..ke[m]-1, or use "
-                              "CPU tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(!compressed || !clean_logits || backend.serves_compressed_clean, AITER_OP, "the ",
-                              backend.name, " kernel does not write the compressed layout (max_seqlen_k > 0) with "
-                              "clean_logits (its -inf tail) yet, as DeepGEMM does not; pass clean_logits=False "
-                              "(the tail is then untouched) or use CPU tensors");
   TORCH_CHECK_VALUE(split_n == 0 || backend.has_fixed_grid, AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the ", backend.name,
                     " kernel has none, so pass split_n=0 or None");
@@ -312,7 +301,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
   TORCH_CHECK_VALUE(split_n == 0 || !device.is_cpu(), AITER_OP, "split_n (the fixed grid's splits) is an ",
                     "option of backends with a fixed grid (gfx950); the CPU path has none, so pass split_n=0 or None");
   const aiter::GpuBackend* gpu_backend =
-      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, bf16_logits, max_seqlen_k, clean_logits);
+      device.is_cpu() ? nullptr : &checked_gpu_backend(q, kv, split_n, max_seqlen_k);
   const at::ScalarType result_dtype = bf16_logits ? at::kBFloat16 : at::kFloat;
   if (!has_out) check_logits_size(M, width, result_dtype, compressed);
   if (compressed && device.is_cpu()) check_windows_fit(cu_starts, cu_ends, N, max_seqlen_k);

@@ -1,8 +1,9 @@
 // The table of GPU backends compiled into module_fp8_mqa_logits: the only place the binding names a
 // backend. Each entry forwards to the backend's own launcher and capability statement
 // (csrc/<backend>/launcher.h, capabilities.h); the binding checks a call against the entry that runs
-// on q's GPU and launches through it. Torch-free and vendor-runtime-free: the binding stays one
-// host-compiler file whatever the build holds.
+// on q's GPU and launches through it. Every backend writes every logits format
+// (common/capabilities.h), so an entry states only its shapes and its grid. Torch-free and
+// vendor-runtime-free: the binding stays one host-compiler file whatever the build holds.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,9 +27,6 @@ struct GpuBackend {
   const char* name;            // the JIT target of the same name
   std::string serves_text;     // "H in {32, 64} and D in {128}"
   bool has_fixed_grid;         // takes split_n (fixed-grid splits); others refuse a nonzero one
-  bool serves_bf16_logits;     // logits_dtype=bfloat16
-  bool serves_compressed;      // max_seqlen_k > 0 (the compressed layout)
-  bool serves_compressed_clean;  // ... with clean_logits (its -inf tail)
   bool (*serves)(long long heads, long long head_dim);
   const char* (*check_device)(int device_index);  // nullptr when the GPU runs this backend
   // Device bytes the launch needs as scratch (0: none); the binding allocates them per call.
@@ -55,7 +53,6 @@ inline const std::vector<GpuBackend>& gpu_backends() {
   static const std::vector<GpuBackend> table = {
 #ifdef AITER_WITH_SM90
       {"sm90", describe_served(sm90::kServedHeads, sm90::kServedHeadDims), sm90::kHasFixedGrid,
-       sm90::kServesBf16Logits, sm90::kServesCompressedLogits, sm90::kServesCompressedCleanLogits,
        [](long long heads, long long head_dim) { return sm90::serves(heads, head_dim); }, &sm90::check_device,
        &sm90::workspace_bytes,
        [](const Fp8MqaLogitsParams& params, int64_t, void* workspace, int device_index, void* stream) {
@@ -64,7 +61,6 @@ inline const std::vector<GpuBackend>& gpu_backends() {
 #endif
 #ifdef AITER_WITH_GFX950
       {"gfx950", describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims), gfx950::kHasFixedGrid,
-       gfx950::kServesBf16Logits, gfx950::kServesCompressedLogits, gfx950::kServesCompressedCleanLogits,
        [](long long heads, long long head_dim) { return gfx950::serves(heads, head_dim); }, &gfx950::check_device,
        [](const Fp8MqaLogitsParams&, int) { return size_t(0); },  // plans inside the kernel
        [](const Fp8MqaLogitsParams& params, int64_t split_n, void*, int device_index, void* stream) {

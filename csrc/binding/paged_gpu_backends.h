@@ -45,7 +45,8 @@ inline const std::vector<PagedGpuBackend>& paged_gpu_backends() {
       {"sm90",
        "H in " + describe_list(sm90::kServedPagedHeads) + ", D in " + describe_list(sm90::kServedPagedHeadDims) +
            ", block_kv in " + describe_list(sm90::kServedPagedBlockKv) + ", next_n in " +
-           describe_list(sm90::kServedPagedNextN),
+           describe_list(sm90::kServedPagedNextN) + " with next_n x H <= " +
+           std::to_string(sm90::kServedPagedColumns),
        &sm90::paged::serves, &sm90::check_device, &sm90::paged::num_shares, &sm90::paged::metadata,
        &sm90::paged::launch, &sm90::paged::take_block_table_fault},
 #endif

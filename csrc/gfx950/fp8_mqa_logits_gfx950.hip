@@ -57,6 +57,14 @@ constexpr bool every_served_shape_has_instances() {
 }
 static_assert(every_served_shape_has_instances(), "capabilities.h serves an (H, D) without kernel instances");
 
+// ... and every instance is of a served (H, D): the two lists say the same.
+constexpr bool every_instance_is_served() {
+  for (const Instance& instance : kInstances)
+    if (!serves(instance.heads, instance.head_dim)) return false;
+  return true;
+}
+static_assert(every_instance_is_served(), "instances.h lists an (H, D) that capabilities.h does not serve");
+
 }  // namespace
 
 const char* check_device(int device_index) {

@@ -2,7 +2,7 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
 //
-// A variant is (heads in {16, 32, 64}, head dim in {64, 128}, small-M path or main path). Its
+// A variant is (heads, head dim: a pair capabilities.h serves; small-M path or main path). Its
 // geometry is derived from the tunables alone; every layout (layout.h), plan (plan.h,
 // launch_plan.h) and device role of the kernel reads its sizes from here. Host + device and
 // constexpr, so the host tests (op_tests/gfx950/) check the very values the kernel folds; touches

@@ -2,8 +2,8 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m])
 //
-// One kernel per (heads, head dim, path, logits element, layout): every served H (16, 32, 64) x D
-// (128, 64) x {main, small-M} x {float, bfloat16} x {full, compressed}, 48 in all. The element and
+// One kernel per (heads, head dim, path, logits element, layout): every served H x D (capabilities.h;
+// the launcher checks the two lists agree) x {main, small-M} x {float, bfloat16} x {full, compressed}. The element and
 // the layout are template parameters because they change the stage loop (the bf16 convert, a
 // range limit per row); D because it sets the MFMA step count and the fragments. Names:
 // fp8_mqa_logits_gfx950_h<H>[_d64][_small][_bf16][_compressed] (D = 128 has no suffix); the ISA

@@ -1,4 +1,4 @@
-// fp8_mqa_logits for AMD gfx950 (MI355X, CDNA4): the kernel. H in {16, 32, 64}, D in {64, 128},
+// fp8_mqa_logits for AMD gfx950 (MI355X, CDNA4): the kernel. H and D as capabilities.h lists,
 // float32 or bfloat16 logits, full or compressed layout. The kernel composition (rows, MFMA stage
 // loop, segments, workgroup entry) and the macro that defines one kernel instance; the instances
 // live in instances/ (one file per H, compiled in parallel), the host launcher in

@@ -3,7 +3,7 @@
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //                  -inf elsewhere when clean_logits; without it nothing outside the windows is written
 //
-// Tensors (common/fp8_mqa_logits_params.h), D in {32, 64, 128}:
+// Tensors (common/fp8_mqa_logits_params.h), H and D as capabilities.h lists:
 //   Q  [M, H, D] e4m3, read through a 2-D tensor map [M*H rows, D bytes], box 128 rows
 //   K  [N, D]    e4m3, read through a 2-D tensor map [N rows, D bytes],   box 64 rows
 //   kv_scale [N] f32, w [M, H] f32 (row stride weights_stride), ks/ke [M] i32

@@ -5,9 +5,9 @@
 //
 // Tensors: Q [M, H, D] and K [N, D] e4m3 get 2-D tensor maps (rows of D bytes, D-byte swizzle: the
 // layout wgmma reads from shared memory); everything else goes to the kernel as pointers in
-// Fp8MqaLogitsParams. The (H, D, logits format) instances are explicitly instantiated in
-// instances/heads_<H>.cu, one file per H so that the JIT compiles them in parallel and launcher.cu
-// (the dispatch) sees only the declaration below.
+// Fp8MqaLogitsParams. launch_heads<H> is explicitly instantiated for each served H in its own file
+// (instances/heads_slot_<i>.cu: kServedHeads[i]) so that the JIT compiles the H in parallel, and
+// launcher.cu (the dispatch on H) sees only the declaration below.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -29,9 +29,10 @@ struct LaunchContext {
   cudaStream_t stream;
 };
 
-// nullptr on success, else a static message.
-template <int H, int D, class Logits>
-const char* launch_instance(const LaunchContext& context);
+// The instances of one H: the call's D and logits format dispatched to their kernel (every D of
+// capabilities.h's kServedHeadDims, every format). nullptr on success, else a static message.
+template <int H>
+const char* launch_heads(const LaunchContext& context);
 
 }  // namespace sm90
 }  // namespace aiter
@@ -40,6 +41,7 @@ const char* launch_instance(const LaunchContext& context);
 #ifdef AITER_SM90_INSTANCE_FILE
 #include <cuda_bf16.h>
 
+#include "sm90/capabilities.h"
 #include "sm90/cuda_errors.h"
 #include "sm90/kernel.cuh"
 #include "sm90/plan.cuh"
@@ -143,16 +145,29 @@ const char* launch_instance(const LaunchContext& context) {
 }
 
 // The four logits formats of one (H, D): float32 or bfloat16, full or compressed layout.
-#define AITER_SM90_INSTANTIATE_FORMATS(H, D)                                                          \
-  template const char* launch_instance<H, D, LogitsFormat<float, false>>(const LaunchContext&);         \
-  template const char* launch_instance<H, D, LogitsFormat<float, true>>(const LaunchContext&);          \
-  template const char* launch_instance<H, D, LogitsFormat<__nv_bfloat16, false>>(const LaunchContext&); \
-  template const char* launch_instance<H, D, LogitsFormat<__nv_bfloat16, true>>(const LaunchContext&);
-// Every served D of one H (capabilities.h: kServedHeadDims).
-#define AITER_SM90_INSTANTIATE_HEADS(H)  \
-  AITER_SM90_INSTANTIATE_FORMATS(H, 32)  \
-  AITER_SM90_INSTANTIATE_FORMATS(H, 64)  \
-  AITER_SM90_INSTANTIATE_FORMATS(H, 128)
+template <int H, int D>
+const char* launch_format(const LaunchContext& context) {
+  const bool compressed = context.params.compressed;
+  if (context.params.logits_dtype == LogitsDtype::kBFloat16)
+    return compressed ? launch_instance<H, D, LogitsFormat<__nv_bfloat16, true>>(context)
+                      : launch_instance<H, D, LogitsFormat<__nv_bfloat16, false>>(context);
+  return compressed ? launch_instance<H, D, LogitsFormat<float, true>>(context)
+                    : launch_instance<H, D, LogitsFormat<float, false>>(context);
+}
+
+template <int H>
+const char* launch_heads(const LaunchContext& context) {
+  return dispatch_listed<kServedHeadDims>(
+      context.params.D, [&](auto head_dim) { return launch_format<H, decltype(head_dim)::value>(context); },
+      "fp8_mqa_logits (sm90): this D is not served (capabilities.h)");
+}
+
+// An instance file: the instances of the served H at position AITER_SM90_HEADS_SLOT of kServedHeads.
+#ifdef AITER_SM90_HEADS_SLOT
+static_assert(AITER_SM90_HEADS_SLOT < count_of(kServedHeads),
+              "build_config compiles a heads_slot file for each served H only");
+template const char* launch_heads<kServedHeads[AITER_SM90_HEADS_SLOT]>(const LaunchContext&);
+#endif
 
 }  // namespace sm90
 }  // namespace aiter

@@ -6,9 +6,8 @@
 // Tensors: as in common/fp8_mqa_logits_params.h. A pricing kernel (plan.cuh) writes every Q block's
 // price into the call's workspace; then one persistent CTA per SM (kernel.cuh describes the kernel)
 // cuts its share. Each (H, D, logits format) is an instance of its own (launch_instance.cuh), built
-// in instances/; this file holds none of them.
+// in instances/ one file per H; this file dispatches on H (capabilities.h's list) and holds none.
 // Why a .cu of its own: the ATen binding stays a host-compiler file that only sees launcher.h.
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -45,27 +44,6 @@ int64_t num_blocks(const Fp8MqaLogitsParams& params) {
   return (params.M + rows_per_block - 1) / rows_per_block;
 }
 
-template <int H, int D>
-const char* launch_format(const sm90::LaunchContext& context) {
-  using sm90::LogitsFormat;
-  const bool compressed = context.params.compressed;
-  if (context.params.logits_dtype == LogitsDtype::kBFloat16)
-    return compressed ? sm90::launch_instance<H, D, LogitsFormat<__nv_bfloat16, true>>(context)
-                      : sm90::launch_instance<H, D, LogitsFormat<__nv_bfloat16, false>>(context);
-  return compressed ? sm90::launch_instance<H, D, LogitsFormat<float, true>>(context)
-                    : sm90::launch_instance<H, D, LogitsFormat<float, false>>(context);
-}
-
-template <int H>
-const char* launch_head_dim(const sm90::LaunchContext& context) {
-  switch (context.params.D) {
-    case 32: return launch_format<H, 32>(context);
-    case 64: return launch_format<H, 64>(context);
-    case 128: return launch_format<H, 128>(context);
-  }
-  return "fp8_mqa_logits (sm90): this D is not served (capabilities.h)";
-}
-
 }  // namespace
 
 namespace sm90 {
@@ -97,15 +75,9 @@ const char* launch(const Fp8MqaLogitsParams& params, void* workspace, int device
     return "fp8_mqa_logits (sm90): N, max_seqlen_k and M*H must stay below 2^31 minus one tile (64 keys, one Q "
            "tile)";
   const LaunchContext context{params, workspace, device_index, num_sms, static_cast<cudaStream_t>(stream)};
-  static_assert(sizeof(kServedHeads) / sizeof(kServedHeads[0]) == 4, "the dispatch below covers every served H");
-  static_assert(sizeof(kServedHeadDims) / sizeof(kServedHeadDims[0]) == 3, "launch_head_dim covers every served D");
-  switch (params.H) {
-    case 8: return launch_head_dim<8>(context);
-    case 16: return launch_head_dim<16>(context);
-    case 32: return launch_head_dim<32>(context);
-    case 64: return launch_head_dim<64>(context);
-  }
-  return "fp8_mqa_logits (sm90): this H is not served (capabilities.h)";
+  return dispatch_listed<kServedHeads>(
+      params.H, [&](auto heads) { return launch_heads<decltype(heads)::value>(context); },
+      "fp8_mqa_logits (sm90): this H is not served (capabilities.h)");
 }
 
 }  // namespace sm90

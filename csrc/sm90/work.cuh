@@ -4,9 +4,9 @@
 //
 // Tensors read here: ks, ke [M] int32 raw row bounds (common/fp8_mqa_logits_params.h has every layout).
 //
-//   Q block  BlockShape<H>::kRowsPerBlock = kQTileCols / H consecutive query rows (48, 24, 12, 6 at
-//            H = 8, 16, 32, 64); its Q tile is kQTileCols (row, head) columns x D bytes, one wgmma B
-//            operand per math warpgroup.
+//   Q block  BlockShape<H>::kRowsPerBlock = kQTileCols / H consecutive query rows (48 at H = 8);
+//            its Q tile is kQTileCols (row, head) columns x D bytes, one wgmma B operand per math
+//            warpgroup.
 //   K tile   kKeysPerTile = 64 keys on the grid n = 64 t (TMA boxes); a Q block visits the K tiles
 //            that cover its union window.
 //
@@ -42,7 +42,8 @@ constexpr int kQSlotBytes = kQTileCols * kMaxHeadDim;     // 48 KiB
 // D-byte swizzle), and a tile's MMA is D / 32 wgmma k32 steps.
 template <int D>
 struct HeadDimShape {
-  static_assert(D == 32 || D == 64 || D == 128, "rows of 32, 64 or 128 bytes: the three TMA/wgmma swizzles");
+  static_assert(D == 32 || D == 64 || D == 128, "the kernel takes rows of 32, 64 or 128 bytes: the three TMA/wgmma "
+                "swizzles");
   static constexpr int kKTileBytes = kKeysPerTile * D;
   static constexpr int kQTileBytes = kQTileCols * D;
   static constexpr int kMmaSteps = D / 32;
@@ -64,8 +65,12 @@ __device__ __forceinline__ void fill_warps_sync() { asm volatile("bar.sync 1, %0
 
 template <int H>
 struct BlockShape {
-  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 12 / 6
-  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 / 2
+  // What an H in capabilities.h's table must be for this kernel to tile it.
+  static_assert(H % 8 == 0, "the kernel takes H a multiple of 8: whole 8-column groups of the accumulator");
+  static_assert(kQTileCols % (H * kMathWarpgroups) == 0,
+                "the kernel takes H dividing the Q tile's columns into whole rows for each math warpgroup");
+  static constexpr int kRowsPerBlock = kQTileCols / H;
+  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;
   static constexpr int kHeadGroups = H / 8;  // 8-column groups of the accumulator fragment per row
   // Rows a lane of the producer warp loads (one per lane up to 32 rows: H >= 16).
   static constexpr int kRowsPerLane = (kRowsPerBlock + 31) / 32;
@@ -78,7 +83,7 @@ struct BlockShape {
 
   // Blocks the -inf fill takes per round (fill.cuh): as many as hold kFillThreads rows, one row
   // window loaded per fill thread.
-  static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;  // 2, 4, 8, 16 at H = 8 ... 64
+  static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;
 
   __device__ __forceinline__ static int64_t num_blocks(const KernelArgs& args) {
     return (args.M + kRowsPerBlock - 1) / kRowsPerBlock;

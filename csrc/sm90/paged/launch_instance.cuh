@@ -4,8 +4,9 @@
 //
 // Tensors: q [B * next_n * H rows, D bytes] (2-D map, box next_n x H rows); kv_cache's keys
 // [num_blocks][block_kv][D bytes] (3-D map, block stride kv_block_stride, box one block); both with
-// the D-byte swizzle. Each (H, D, next_n, logits element) is explicitly instantiated in
-// instances/paged_heads_<H>.cu; paged_launcher.cu sees only the declaration.
+// the D-byte swizzle. launch_heads<H> is explicitly instantiated for each served H in its own file
+// (instances/paged_heads_slot_<i>.cu: kServedPagedHeads[i]); paged_launcher.cu (the dispatch on H)
+// sees only the declaration.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -16,8 +17,11 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-template <int H, int D, int NEXT_N, typename Element>
-const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream);
+// The instances of one H: the call's D, next_n and logits element dispatched to their kernel (every
+// D and next_n of capabilities.h's kServedPagedHeadDims and kServedPagedNextN whose next_n x H fits
+// kServedPagedColumns). nullptr on success, else a static message.
+template <int H>
+const char* launch_heads(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream);
 
 }  // namespace paged
 }  // namespace sm90
@@ -26,6 +30,7 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
 #ifdef AITER_SM90_PAGED_INSTANCE_FILE
 #include <cuda_bf16.h>
 
+#include "sm90/capabilities.h"
 #include "sm90/launch_instance.cuh"  // launch_detail: encode_tiled, make_row_map, reserve_shared_memory
 #include "sm90/paged/kernel.cuh"
 
@@ -75,17 +80,44 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
   return err == cudaSuccess ? nullptr : launch_error_text(err);
 }
 
-#define AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, D, NEXT_N)                                                        \
-  template const char* launch_instance<H, D, NEXT_N, float>(const Fp8PagedMqaLogitsParams&, int, cudaStream_t); \
-  template const char* launch_instance<H, D, NEXT_N, __nv_bfloat16>(const Fp8PagedMqaLogitsParams&, int, cudaStream_t);
-// Every served D and next_n of one H (capabilities.h: kServedPagedHeadDims, kServedPagedNextN).
-#define AITER_SM90_PAGED_INSTANTIATE_HEADS(H)     \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 1)  \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 2)  \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 64, 4)  \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 1) \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 2) \
-  AITER_SM90_PAGED_INSTANTIATE_ELEMENTS(H, 128, 4)
+static_assert(kServedPagedColumns <= 2 * kWgmmaCols, "capabilities.h's column bound is the widest tile PagedShape takes");
+
+template <int H, int D, int NEXT_N>
+const char* launch_element(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
+  return params.logits_dtype == LogitsDtype::kBFloat16
+             ? launch_instance<H, D, NEXT_N, __nv_bfloat16>(params, device_index, stream)
+             : launch_instance<H, D, NEXT_N, float>(params, device_index, stream);
+}
+
+template <int H>
+const char* launch_heads(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
+  return dispatch_listed<kServedPagedHeadDims>(
+      params.D,
+      [&](auto head_dim) {
+        constexpr int kHeadDim = decltype(head_dim)::value;
+        return dispatch_listed<kServedPagedNextN>(
+            params.next_n,
+            [&](auto next_n) -> const char* {
+              constexpr int kNextN = decltype(next_n)::value;
+              if constexpr (kNextN * H <= kServedPagedColumns)
+                return launch_element<H, kHeadDim, kNextN>(params, device_index, stream);
+              else
+                return "fp8_paged_mqa_logits (sm90): next_n x H is more columns than a batch's tile holds "
+                       "(capabilities.h)";
+            },
+            "fp8_paged_mqa_logits (sm90): this next_n is not served (capabilities.h)");
+      },
+      "fp8_paged_mqa_logits (sm90): this D is not served (capabilities.h)");
+}
+
+// An instance file: the instances of the served H at position AITER_SM90_PAGED_HEADS_SLOT of
+// kServedPagedHeads.
+#ifdef AITER_SM90_PAGED_HEADS_SLOT
+static_assert(AITER_SM90_PAGED_HEADS_SLOT < count_of(kServedPagedHeads),
+              "build_config compiles a paged_heads_slot file for each served H only");
+template const char* launch_heads<kServedPagedHeads[AITER_SM90_PAGED_HEADS_SLOT]>(const Fp8PagedMqaLogitsParams&,
+                                                                                   int, cudaStream_t);
+#endif
 
 }  // namespace paged
 }  // namespace sm90

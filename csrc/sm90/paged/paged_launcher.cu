@@ -4,8 +4,8 @@
 //   logits[b * next_n + j, p] = sum_h relu(scale(b, p) * Q[b,j,h,:] . K(b, p)) * w[b * next_n + j, h]
 //
 // Tensors: as in common/fp8_paged_mqa_logits_params.h. Each (H, D, next_n, logits element) is an
-// instance of its own (launch_instance.cuh), built in instances/; this file holds none of them.
-#include <cuda_bf16.h>
+// instance of its own (launch_instance.cuh), built in instances/ one file per H; this file
+// dispatches on H (capabilities.h's list) and holds none.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -85,37 +85,10 @@ const char* open_channel(FaultChannel& channel, cudaStream_t stream) {
   return nullptr;
 }
 
-template <int H, int D, int NEXT_N>
-const char* launch_element(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
-  return params.logits_dtype == LogitsDtype::kBFloat16
-             ? launch_instance<H, D, NEXT_N, __nv_bfloat16>(params, device_index, stream)
-             : launch_instance<H, D, NEXT_N, float>(params, device_index, stream);
-}
-
-template <int H, int D>
-const char* launch_next_n(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
-  switch (params.next_n) {
-    case 1: return launch_element<H, D, 1>(params, device_index, stream);
-    case 2: return launch_element<H, D, 2>(params, device_index, stream);
-    case 4: return launch_element<H, D, 4>(params, device_index, stream);
-  }
-  return "fp8_paged_mqa_logits (sm90): this next_n is not served (capabilities.h)";
-}
-
-template <int H>
-const char* launch_head_dim(const Fp8PagedMqaLogitsParams& params, int device_index, cudaStream_t stream) {
-  switch (params.D) {
-    case 64: return launch_next_n<H, 64>(params, device_index, stream);
-    case 128: return launch_next_n<H, 128>(params, device_index, stream);
-  }
-  return "fp8_paged_mqa_logits (sm90): this D is not served (capabilities.h)";
-}
-
 }  // namespace
 
 bool serves(long long heads, long long head_dim, long long block_kv, long long next_n) {
-  return listed(kServedPagedHeads, heads) && listed(kServedPagedHeadDims, head_dim) &&
-         listed(kServedPagedBlockKv, block_kv) && listed(kServedPagedNextN, next_n);
+  return serves_paged(heads, head_dim, block_kv, next_n);
 }
 
 int64_t num_shares(int device_index) { return sm_count(device_index); }
@@ -188,14 +161,9 @@ const char* launch_kernel(const Fp8PagedMqaLogitsParams& params, int device_inde
       params.batches * params.next_n * params.H >= (int64_t(1) << 31))
     return "fp8_paged_mqa_logits (sm90): max_context_len and B * next_n * H must stay below 2^31, and a cache "
            "block's stride must be a multiple of 16 bytes";
-  static_assert(sizeof(kServedPagedHeads) / sizeof(kServedPagedHeads[0]) == 4, "the dispatch covers every H");
-  switch (params.H) {
-    case 8: return launch_head_dim<8>(params, device_index, cuda_stream);
-    case 16: return launch_head_dim<16>(params, device_index, cuda_stream);
-    case 32: return launch_head_dim<32>(params, device_index, cuda_stream);
-    case 64: return launch_head_dim<64>(params, device_index, cuda_stream);
-  }
-  return "fp8_paged_mqa_logits (sm90): this H is not served (capabilities.h)";
+  return dispatch_listed<kServedPagedHeads>(
+      params.H, [&](auto heads) { return launch_heads<decltype(heads)::value>(params, device_index, cuda_stream); },
+      "fp8_paged_mqa_logits (sm90): this H is not served (capabilities.h)");
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ __device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, c
   using Shape = PagedShape<H, D, NEXT_N>;
   const int lane = threadIdx.x % 32;
   const int block_kv = static_cast<int>(args.block_kv);
-  const int log_blocks_per_tile = __ffs(kKeysPerTile / block_kv) - 1;  // block_kv in {16, 32, 64}
+  const int log_blocks_per_tile = __ffs(kKeysPerTile / block_kv) - 1;  // block_kv divides 64 (capabilities.h)
   const uint32_t block_bytes = static_cast<uint32_t>(block_kv) * (D + 4);
   const uint32_t cache_blocks = cache_block_limit(args);
   const ShareWalk share = ShareWalk::of_cta(args);

@@ -16,7 +16,7 @@ constexpr int kWgmmaCols = 128;   // the widest wgmma N the kernel issues (it us
 
 template <int H, int D, int NEXT_N>
 struct PagedShape {
-  static_assert(D == 64 || D == 128, "the paged kernel serves D in {64, 128}");
+  static_assert(D == 64 || D == 128, "the paged kernel takes rows of 64 or 128 bytes: the swizzles of its cache map");
   static constexpr int kCols = NEXT_N * H;  // a batch's (row, head) columns
   static_assert(kCols % 8 == 0 && kCols <= 2 * kWgmmaCols, "next_n x H in [8, 256], a multiple of 8");
   // The first kPagedSharingWarpgroups warpgroups on every tile, each with its own rows, when the
