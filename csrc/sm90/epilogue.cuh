@@ -18,36 +18,14 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "sm90/common/exact.cuh"
+#include "sm90/common/reduce.cuh"
+#include "sm90/ptx/ld_st.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 
 namespace aiter {
 namespace sm90 {
-
-// A predicated streaming store: no branch around it in the epilogue (branch resolution stalls the
-// math warps). Streaming (.cs, evict-first): nothing reads the output back, and K and Q stay in L2.
-__device__ __forceinline__ void store_if(float* address, float value, bool pred) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %2, 0;\n"
-      "@p st.global.cs.f32 [%0], %1;\n"
-      "}\n" ::"l"(address),
-      "f"(value), "r"(int(pred))
-      : "memory");
-}
-// The bfloat16 form: the float result rounded to nearest even (-inf stays -inf).
-__device__ __forceinline__ void store_if(__nv_bfloat16* address, float value, bool pred) {
-  const uint16_t bits = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %2, 0;\n"
-      "@p st.global.cs.b16 [%0], %1;\n"
-      "}\n" ::"l"(address),
-      "h"(bits), "r"(int(pred))
-      : "memory");
-}
 
 // What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
 // consecutive rows it stores, the first row's output pointer, their clamped windows and what it
@@ -160,21 +138,18 @@ template <int H, class Logits>
 __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H, Logits>& rows, float half_kv_scale,
                                              int key, const KernelArgs& args, int lane) {
   constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
-  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
-  const bool hi_key = lane & 2, hi_rows = lane & 1;
+  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half (rows kRows / 2 on).
   const bool key_ok = key < static_cast<int>(args.N);
-  float reduced[kRows];
+  float part[2 * kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float keep = hi_key ? sum.value[1][r] : sum.value[0][r];
-    const float send = hi_key ? sum.value[0][r] : sum.value[1][r];
-    reduced[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    part[r] = sum.value[0][r];
+    part[kRows + r] = sum.value[1][r];
   }
+  quad_reduce_scatter<2, QuadPairs::kHalves>(part, lane);
 #pragma unroll
   for (int k = 0; k < kRows / 2; ++k) {
-    const float keep = hi_rows ? reduced[kRows / 2 + k] : reduced[k];
-    const float send = hi_rows ? reduced[k] : reduced[kRows / 2 + k];
-    float value = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * half_kv_scale;
+    float value = part[k] * half_kv_scale;
     const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
     value = outside ? __int_as_float(0xff800000) : value;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.

@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/utils.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 

@@ -14,9 +14,10 @@
 #pragma once
 #include <cstdint>
 
-#include "sm90/exact_rows.cuh"
+#include "sm90/common/exact.cuh"
+#include "sm90/common/store.cuh"
 #include "sm90/paged/schedule.cuh"
-#include "sm90/paged/storage.cuh"
+#include "sm90/paged/shared_storage.cuh"
 
 namespace aiter {
 namespace sm90 {

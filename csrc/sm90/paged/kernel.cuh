@@ -19,7 +19,7 @@
 //                                          64-key tiles (64 / block_kv cache blocks each) into the
 //                                          rings, warp r the tiles of ring r (every third)
 //   warpgroup 0, warp 3      exact_rows.cuh rows that see 1..kExactKeys keys, on the CUDA cores, then
-//                            tails.cuh     the -inf columns past each batch's blocks (clean_logits)
+//                            fill.cuh      the -inf columns past each batch's blocks (clean_logits)
 //   warpgroups 1-3           math.cuh      wgmma per tile (the tiles in turn, or the first two on every
 //                                          tile when next_n x H > 128), relu x w, head sum, store
 // Why this shape: decode reads every key once and computes little per byte, so the kernel is a K
@@ -30,11 +30,12 @@
 #include <cstdint>
 
 #include "sm90/paged/exact_rows.cuh"
+#include "sm90/paged/fill.cuh"
 #include "sm90/paged/math.cuh"
 #include "sm90/paged/producer.cuh"
-#include "sm90/paged/storage.cuh"
-#include "sm90/paged/tails.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/paged/shared_storage.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/utils.cuh"
 
 namespace aiter {
 namespace sm90 {

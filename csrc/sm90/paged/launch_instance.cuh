@@ -26,7 +26,8 @@ const char* launch_instance(const Fp8PagedMqaLogitsParams& params, int device_in
 #ifdef AITER_SM90_PAGED_INSTANCE_FILE
 #include <cuda_bf16.h>
 
-#include "sm90/launch_instance.cuh"  // launch_detail: encode_tiled, make_row_map, reserve_shared_memory
+#include "sm90/common/launch.cuh"
+#include "sm90/cuda_errors.h"
 #include "sm90/paged/kernel.cuh"
 
 namespace aiter {

@@ -10,17 +10,20 @@
 //   d[4 j + 2 i + c] = S[key = 16 wi + l / 4 + 8 i][col = 8 j + 2 q + c]
 //   col -> (row r = col / H of this warpgroup's rows, head = col % H)
 // Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch (from the
-// Q slot, storage.cuh); out [B * next_n, max_context_len] f32 or bf16 (row stride out_stride),
+// Q slot, shared_storage.cuh); out [B * next_n, max_context_len] f32 or bf16 (row stride out_stride),
 // written.
 // kv scale > 0 (a precondition), so it is applied after the head sum: relu(s x) = s relu(x); relu(x)
 // is (x + |x|) / 2 with the 1/2 folded into the scale (one FADD instead of an FMNMX).
 #pragma once
 #include <cstdint>
 
-#include "sm90/epilogue.cuh"
+#include "sm90/common/exact.cuh"
+#include "sm90/common/reduce.cuh"
+#include "sm90/mma/wgmma.cuh"
 #include "sm90/paged/schedule.cuh"
-#include "sm90/paged/storage.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/paged/shared_storage.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/ld_st.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -36,33 +39,6 @@ struct QuadOutputs {
   __device__ static int output(int quad_lane, int slot) { return kCount >= 4 ? 4 * slot + quad_lane : quad_lane % 2; }
   __device__ static bool stores(int quad_lane) { return kCount >= 4 || quad_lane < 2; }
 };
-
-// Sums each output over the quad and leaves it in its lane: per halving step a lane sends the half of
-// its partials its partner keeps (2 SEL, 1 SHFL, 1 FADD per pair), log2 steps instead of a full
-// butterfly per output.
-template <int kCount>
-__device__ __forceinline__ void quad_reduce_scatter(float (&part)[kCount], int quad_lane) {
-  if constexpr (kCount >= 2) {  // step 1: outputs with (o & 1) == (lane & 1) stay
-    const bool odd = quad_lane & 1;
-#pragma unroll
-    for (int k = 0; k < kCount / 2; ++k) {
-      const float send = odd ? part[2 * k] : part[2 * k + 1];
-      const float keep = odd ? part[2 * k + 1] : part[2 * k];
-      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);  // now output 2k + (lane & 1)
-    }
-  }
-  if constexpr (kCount >= 4) {  // step 2: of those, (o & 2) == (lane & 2) stay
-    const bool high = quad_lane & 2;
-#pragma unroll
-    for (int k = 0; k < kCount / 4; ++k) {
-      const float send = high ? part[2 * k] : part[2 * k + 1];
-      const float keep = high ? part[2 * k + 1] : part[2 * k];
-      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2);  // now output 4k + lane
-    }
-  } else {
-    part[0] += __shfl_xor_sync(0xffffffffu, part[0], 2);
-  }
-}
 
 template <int H, int D, int NEXT_N, typename Element>
 __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
@@ -178,7 +154,7 @@ __device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, 
             float& sum = part[i * kRows + (8 * g) / H];
             sum = fmaf(x + fabsf(x), weights[2 * g + c], sum);
           }
-      quad_reduce_scatter(part, quad_lane);
+      quad_reduce_scatter<1, QuadPairs::kAdjacent>(part, quad_lane);
 #pragma unroll
       for (int s = 0; s < Outputs::kSlots; ++s) {
         const int key = tile * kKeysPerTile + out_key_in_tile[s];

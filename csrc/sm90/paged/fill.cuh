@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "sm90/fill.cuh"
+#include "sm90/common/store.cuh"
 #include "sm90/paged/schedule.cuh"
 
 namespace aiter {

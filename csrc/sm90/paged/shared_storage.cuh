@@ -19,7 +19,8 @@
 
 #include "sm90/paged/schedule.cuh"  // PagedArgs
 #include "sm90/paged/shape.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/utils.cuh"
 
 namespace aiter {
 namespace sm90 {
