@@ -91,8 +91,8 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       } else if constexpr (kCompressed) {
         // Copied without registers: the compressed instance's allocation spills the register
         // stage below at H = 64 (80 registers per producer thread). The full layout keeps the
-        // register stage: with the copy, ptxas moved the H = 64 epilogue's relu and the long H = 64
-        // rows measured slower (docs/performance.md, issue 9).
+        // register stage: with the copy, ptxas schedules the H = 64 epilogue's relu after the stage
+        // release, which slows the long H = 64 rows.
 #pragma unroll
         for (int j = 0; j < kQRounds; ++j)
           if (tid + j * kFillThreads < kQVecs)

@@ -34,8 +34,8 @@ namespace sm90 {
 // loads per block would make the walk latency-bound. This shape of the walk also matters to the
 // math warpgroups: with a per-block derivation on one thread here, ptxas schedules the H=64
 // epilogue's relu FADDs below the k_empty arrive and the first-tile branch instead of right after
-// the wgmma wait, which slows every H=64 row (docs/performance.md, issue 9's A/B). Check that
-// schedule in the SASS when this function changes.
+// the wgmma wait, which slows every H=64 row. Check that schedule in the SASS (python -m
+// dev.isa.check --arch sm_90a reports it) when this function changes.
 template <int H, class Logits>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
   using Element = typename Logits::Element;

@@ -64,8 +64,8 @@ __device__ __forceinline__ void fill_warps_sync() { asm volatile("bar.sync 1, %0
 
 template <int H>
 struct BlockShape {
-  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 12 / 6
-  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 4 / 2
+  static constexpr int kRowsPerBlock = kQTileCols / H;                     // 48, 24, 12, 6 at H = 8 ... 64
+  static constexpr int kRowsPerWarpgroup = kRowsPerBlock / kMathWarpgroups;  // 16, 8, 4, 2
   static constexpr int kHeadGroups = H / 8;  // 8-column groups of the accumulator fragment per row
   // Rows a lane of the producer warp loads (one per lane up to 32 rows: H >= 16).
   static constexpr int kRowsPerLane = (kRowsPerBlock + 31) / 32;

@@ -14,11 +14,11 @@
 namespace aiter {
 namespace sm90 {
 
-// Rows the exact path computes (exact_rows.cuh) and the math warpgroups therefore do not store: a
+// Rows the exact path computes (each kernel's exact_rows.cuh) and the math warpgroups therefore do not store: a
 // window of 1..kExactKeys keys (`keys` = end - begin of the clamped window, <= 0 when empty).
 __device__ __forceinline__ bool is_exact_row(int keys) { return keys > 0 && keys <= kExactKeys; }
 
-// D-long dot product of two e4m3 rows staged in shared memory (D / 16 16-byte vectors each): every
+// D-long dot product of two e4m3 rows (D / 16 16-byte vectors each, in shared or global memory): every
 // product of two e4m3 values is exact in float; four at a time are summed in float (3 roundings of
 // 2^-24), the rest in double (a float-to-double conversion per element runs at a quarter rate). The
 // vectors are visited from `rotation` on, so threads reading different rows hit different banks.

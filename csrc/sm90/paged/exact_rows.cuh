@@ -7,10 +7,10 @@
 // block table), their scales, weights [B * next_n, H] f32; out [B * next_n, max_context_len] f32 or
 // bf16 (written: the row's visible keys).
 // Why: Hopper's FP8 wgmma accumulates with ~14-bit precision, and a row with a few logits can
-// cancel them all to the size of that error (sm90/tunables.h: kExactKeys, measured on prefill; the
-// decode GPU tests failed the contract's per-row bound on such rows the same way). Each (key, head)
-// term is an exact fp8 dot product (the prefill exact path's dot_e4m3_row, on global rows), the heads are
-// summed in a fixed order in double: deterministic. The math warpgroups skip these rows' values.
+// cancel them all to the size of that error (common/exact.cuh, tunables.h: kExactKeys), in decode
+// as in prefill. Each (key, head) term is an exact fp8 dot product (common/exact.cuh: dot_e4m3_row,
+// on the rows in global memory), the heads are summed in a fixed order in double: deterministic. The
+// math warpgroups skip these rows' values.
 #pragma once
 #include <cstdint>
 

@@ -28,7 +28,6 @@ namespace paged {
 
 constexpr int kMaxNextN = 4;
 constexpr int kMaxCols = 2 * kWgmmaCols;
-constexpr int kMaxHeadDim = 128;
 
 // The batch a Q slot holds. tile_begin / tile_end: the batch's 64-key tiles this CTA computes
 // (tile t = keys [64 t, 64 t + 64)); key_begin / key_end: the keys of its share (whole cache
