@@ -30,8 +30,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-
-// A predicated streaming store: no branch around it in the epilogue (branch resolution stalls the
+// A predicated streaming store: no branch around it in an epilogue (branch resolution stalls the
 // math warps). Streaming (.cs, evict-first): nothing reads the output back, and K and Q stay in L2.
 __device__ __forceinline__ void store_if(float* address, float value, bool pred) {
   asm volatile(

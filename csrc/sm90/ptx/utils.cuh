@@ -32,7 +32,6 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t packed, float (&out)[4]
       : "r"(packed));
 }
 
-
 // ---- register budget ---------------------------------------------------------------------------
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
