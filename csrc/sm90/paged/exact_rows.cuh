@@ -25,7 +25,7 @@ namespace paged {
 
 // Warp 3 of the producer warpgroup (`lane`), on the rows r = CTA + k grid of all B * next_n rows.
 template <int H, int D, int NEXT_N, typename Element>
-__device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem, int lane) {
+__device__ void exact_short_rows(const PagedArgs& args, PagedSharedStorage& smem, int lane) {
   const int64_t rows = args.batches * NEXT_N;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t b = row / NEXT_N;

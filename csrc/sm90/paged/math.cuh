@@ -29,9 +29,10 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-// The quad's (key, row) sums as lanes hold them after the reduce-scatter below: output o = i kRows + r
-// (key i of the thread's two, row r) ends in lane o % 4 as its slot o / 4; two outputs (one row) go
-// to lanes 0 and 1 (and their copies in lanes 2 and 3, which do not store).
+// The quad's (key, row) sums as lanes hold them after the reduce-scatter (common/reduce.cuh: adjacent
+// pairs, lane bit 0 first): output o = i kRows + r (key i of the thread's two, row r) ends in lane
+// o % 4 as its slot o / 4; two outputs (one row) go to lanes 0 and 1 (and their copies in lanes 2
+// and 3, which do not store).
 template <int kRows>
 struct QuadOutputs {
   static constexpr int kCount = 2 * kRows;
@@ -41,7 +42,7 @@ struct QuadOutputs {
 };
 
 template <int H, int D, int NEXT_N, typename Element>
-__device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
+__device__ void run_math_warpgroup(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
   using Shape = PagedShape<H, D, NEXT_N>;
   constexpr int kRows = Shape::kWgRows;
   constexpr int kFragGroups = Shape::kWgCols / 8;  // accumulator column groups holding real columns

@@ -48,7 +48,7 @@ struct WarpBlocks {
 };
 
 template <int H, int D, int NEXT_N>
-__device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, const CUtensorMap* q_map,
+__device__ void produce_q_and_k(const PagedArgs& args, PagedSharedStorage& smem, const CUtensorMap* q_map,
                               const CUtensorMap* k_map, int ring) {
   using Shape = PagedShape<H, D, NEXT_N>;
   const int lane = threadIdx.x % 32;
