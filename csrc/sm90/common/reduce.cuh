@@ -23,22 +23,22 @@ __device__ __forceinline__ void quad_reduce_scatter(float (&part)[kCount], int l
   constexpr int kSecondBit = 3 ^ kFirstBit;
   constexpr bool kAdjacent = kPairs == QuadPairs::kAdjacent;
   if constexpr (kCount >= 2) {
-    const bool first_bit = lane & kFirstBit;
+    const bool second = lane & kFirstBit;
 #pragma unroll
     for (int k = 0; k < kCount / 2; ++k) {
-      const float a = part[kAdjacent ? 2 * k : k], b = part[kAdjacent ? 2 * k + 1 : k + kCount / 2];
-      const float keep = first_bit ? b : a;
-      const float send = first_bit ? a : b;
+      const int lo = kAdjacent ? 2 * k : k, hi = kAdjacent ? 2 * k + 1 : k + kCount / 2;
+      const float send = second ? part[lo] : part[hi];
+      const float keep = second ? part[hi] : part[lo];
       part[k] = keep + __shfl_xor_sync(0xffffffffu, send, kFirstBit);
     }
   }
   if constexpr (kCount >= 4) {
-    const bool second_bit = lane & kSecondBit;
+    const bool second = lane & kSecondBit;
 #pragma unroll
     for (int k = 0; k < kCount / 4; ++k) {
-      const float a = part[kAdjacent ? 2 * k : k], b = part[kAdjacent ? 2 * k + 1 : k + kCount / 4];
-      const float keep = second_bit ? b : a;
-      const float send = second_bit ? a : b;
+      const int lo = kAdjacent ? 2 * k : k, hi = kAdjacent ? 2 * k + 1 : k + kCount / 4;
+      const float send = second ? part[lo] : part[hi];
+      const float keep = second ? part[hi] : part[lo];
       part[k] = keep + __shfl_xor_sync(0xffffffffu, send, kSecondBit);
     }
   } else {
