@@ -77,6 +77,6 @@ def test_prefill_files_include_no_paged_file():
                 assert not name.startswith("sm90/paged/"), f"{path} includes {name}"
 
 
-def test_the_quad_reduce_scatter_is_written_once():
+def test_the_quad_reduce_scatter_is_defined_once():
     written = [p for p in SM90.rglob("*.cuh") if "void quad_reduce_scatter(" in p.read_text()]
     assert [p.relative_to(SM90).as_posix() for p in written] == ["common/reduce.cuh"]

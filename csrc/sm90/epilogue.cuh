@@ -19,7 +19,6 @@
 #include <cstdint>
 
 #include "sm90/common/exact.cuh"
-#include "sm90/common/reduce.cuh"
 #include "sm90/ptx/ld_st.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
@@ -138,18 +137,21 @@ template <int H, class Logits>
 __device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H, Logits>& rows, float half_kv_scale,
                                              int key, const KernelArgs& args, int lane) {
   constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
-  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half (rows kRows / 2 on).
+  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
+  const bool hi_key = lane & 2, hi_rows = lane & 1;
   const bool key_ok = key < static_cast<int>(args.N);
-  float part[2 * kRows];
+  float reduced[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    part[r] = sum.value[0][r];
-    part[kRows + r] = sum.value[1][r];
+    const float keep = hi_key ? sum.value[1][r] : sum.value[0][r];
+    const float send = hi_key ? sum.value[0][r] : sum.value[1][r];
+    reduced[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
   }
-  quad_reduce_scatter<2, QuadPairs::kHalves>(part, lane);
 #pragma unroll
   for (int k = 0; k < kRows / 2; ++k) {
-    float value = part[k] * half_kv_scale;
+    const float keep = hi_rows ? reduced[kRows / 2 + k] : reduced[k];
+    const float send = hi_rows ? reduced[k] : reduced[kRows / 2 + k];
+    float value = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * half_kv_scale;
     const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
     value = outside ? __int_as_float(0xff800000) : value;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.

@@ -29,10 +29,9 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-// The quad's (key, row) sums as lanes hold them after the reduce-scatter (common/reduce.cuh: adjacent
-// pairs, lane bit 0 first): output o = i kRows + r (key i of the thread's two, row r) ends in lane
-// o % 4 as its slot o / 4; two outputs (one row) go to lanes 0 and 1 (and their copies in lanes 2
-// and 3, which do not store).
+// The quad's (key, row) sums as lanes hold them after the reduce-scatter (common/reduce.cuh): output
+// o = i kRows + r (key i of the thread's two, row r) ends in lane o % 4 as its slot o / 4; two
+// outputs (one row) go to lanes 0 and 1 (and their copies in lanes 2 and 3, which do not store).
 template <int kRows>
 struct QuadOutputs {
   static constexpr int kCount = 2 * kRows;
@@ -155,7 +154,7 @@ __device__ void run_math_warpgroup(const PagedArgs& args, PagedSharedStorage& sm
             float& sum = part[i * kRows + (8 * g) / H];
             sum = fmaf(x + fabsf(x), weights[2 * g + c], sum);
           }
-      quad_reduce_scatter<1, QuadPairs::kAdjacent>(part, quad_lane);
+      quad_reduce_scatter(part, quad_lane);
 #pragma unroll
       for (int s = 0; s < Outputs::kSlots; ++s) {
         const int key = tile * kKeysPerTile + out_key_in_tile[s];
