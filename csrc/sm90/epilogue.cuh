@@ -18,36 +18,13 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "sm90/common/exact.cuh"
+#include "sm90/ptx/ld_st.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 
 namespace aiter {
 namespace sm90 {
-
-// A predicated streaming store: no branch around it in the epilogue (branch resolution stalls the
-// math warps). Streaming (.cs, evict-first): nothing reads the output back, and K and Q stay in L2.
-__device__ __forceinline__ void store_if(float* address, float value, bool pred) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %2, 0;\n"
-      "@p st.global.cs.f32 [%0], %1;\n"
-      "}\n" ::"l"(address),
-      "f"(value), "r"(int(pred))
-      : "memory");
-}
-// The bfloat16 form: the float result rounded to nearest even (-inf stays -inf).
-__device__ __forceinline__ void store_if(__nv_bfloat16* address, float value, bool pred) {
-  const uint16_t bits = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %2, 0;\n"
-      "@p st.global.cs.b16 [%0], %1;\n"
-      "}\n" ::"l"(address),
-      "h"(bits), "r"(int(pred))
-      : "memory");
-}
 
 // What a math thread keeps per Q block: its 32 weights, and for the kRowsPerWarpgroup / 2
 // consecutive rows it stores, the first row's output pointer, their clamped windows and what it

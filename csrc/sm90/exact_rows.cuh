@@ -15,37 +15,16 @@
 #pragma once
 #include <cstdint>
 
-#include "sm90/primitives.cuh"
+#include "sm90/common/exact.cuh"
+#include "sm90/common/store.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/ld_st.cuh"
+#include "sm90/ptx/tma.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 
 namespace aiter {
 namespace sm90 {
-
-// D-long dot product of two e4m3 rows staged in shared memory (D / 16 16-byte vectors each): every
-// product of two e4m3 values is exact in float; four at a time are summed in float (3 roundings of
-// 2^-24), the rest in double (a float-to-double conversion per element runs at a quarter rate). The
-// vectors are visited from `rotation` on, so threads reading different rows hit different banks.
-template <int D>
-__device__ __forceinline__ double dot_e4m3_row(const uint4* x, const uint4* y, int rotation) {
-  double partial[4] = {0.0, 0.0, 0.0, 0.0};
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) {
-    const int v = (i + rotation) % (D / 16);
-    const uint4 x_vec = x[v], y_vec = y[v];
-    const uint32_t x_words[4] = {x_vec.x, x_vec.y, x_vec.z, x_vec.w};
-    const uint32_t y_words[4] = {y_vec.x, y_vec.y, y_vec.z, y_vec.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float xf[4], yf[4];
-      e4m3x4_to_float(x_words[k], xf);
-      e4m3x4_to_float(y_words[k], yf);
-      const float four = fmaf(xf[3], yf[3], fmaf(xf[2], yf[2], fmaf(xf[1], yf[1], xf[0] * yf[0])));
-      partial[k] += static_cast<double>(four);
-    }
-  }
-  return (partial[0] + partial[1]) + (partial[2] + partial[3]);
-}
 
 // The exact work this CTA owns, by the 96 fill warps' threads (`tid`). Each row is `spread` items,
 // item (m, part) being keys part, part + spread, ... of row m; this CTA owns items i = blockIdx.x +
@@ -112,8 +91,8 @@ __device__ void exact_short_rows(const KernelArgs& args, SharedStorage& smem, in
       } else if constexpr (kCompressed) {
         // Copied without registers: the compressed instance's allocation spills the register
         // stage below at H = 64 (80 registers per producer thread). The full layout keeps the
-        // register stage: with the copy, ptxas moved the H = 64 epilogue's relu and the long H = 64
-        // rows measured slower (docs/performance.md, issue 9).
+        // register stage: with the copy, ptxas schedules the H = 64 epilogue's relu after the stage
+        // release, which slows the long H = 64 rows.
 #pragma unroll
         for (int j = 0; j < kQRounds; ++j)
           if (tid + j * kFillThreads < kQVecs)

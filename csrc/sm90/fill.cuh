@@ -16,42 +16,12 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
+#include "sm90/common/store.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 
 namespace aiter {
 namespace sm90 {
-
-// -inf over columns [begin, end) of one row by `threads` threads (this one is `thread`), 16-byte
-// stores where the row allows. The 16-byte body goes with streaming stores (st.global.cs, like the
-// epilogue's), so the output passes through L2 without evicting K and Q. Column indices are 32-bit:
-// the launcher keeps N and max_seqlen_k below 2^31 - 64.
-template <typename Element>
-__device__ __forceinline__ void fill_row_run(Element* row, int begin, int end, int thread, int threads, bool vec_ok) {
-  constexpr int kPerVector = 16 / sizeof(Element);
-  Element neg_inf;
-  const uint32_t neg_inf_bits = neg_inf_word<Element>();
-  memcpy(&neg_inf, &neg_inf_bits, sizeof(Element));
-  if (vec_ok) {
-    // Scalar head up to 16-byte alignment, vector body, scalar tail.
-    const int body_begin = min(end, (begin + kPerVector - 1) & ~(kPerVector - 1));
-    const int body_end = max(body_begin, end & ~(kPerVector - 1));
-    for (int n = begin + thread; n < body_begin; n += threads) row[n] = neg_inf;
-    uint4* body = reinterpret_cast<uint4*>(row + body_begin);
-    const uint4 neg_inf_vector = make_uint4(neg_inf_bits, neg_inf_bits, neg_inf_bits, neg_inf_bits);
-    for (int v = thread; v < (body_end - body_begin) / kPerVector; v += threads) __stcs(body + v, neg_inf_vector);
-    for (int n = body_end + thread; n < end; n += threads) row[n] = neg_inf;
-  } else {
-    for (int n = begin + thread; n < end; n += threads) row[n] = neg_inf;
-  }
-}
-
-// Whether an output's rows take the 16-byte body: the base 16-byte aligned and the row stride a
-// whole number of vectors.
-template <typename Element>
-__device__ __forceinline__ bool rows_take_vectors(const void* out, int64_t out_stride) {
-  return reinterpret_cast<uintptr_t>(out) % 16 == 0 && out_stride % (16 / sizeof(Element)) == 0;
-}
 
 // The fill units of a block are its column tiles outside the compute span (scheduler: fill unit u
 // stands for fill keys [64 u, 64 u + 64), and scheduler::fill_key maps fill keys to columns: left of
@@ -64,8 +34,8 @@ __device__ __forceinline__ bool rows_take_vectors(const void* out, int64_t out_s
 // loads per block would make the walk latency-bound. This shape of the walk also matters to the
 // math warpgroups: with a per-block derivation on one thread here, ptxas schedules the H=64
 // epilogue's relu FADDs below the k_empty arrive and the first-tile branch instead of right after
-// the wgmma wait, which slows every H=64 row (docs/performance.md, issue 9's A/B). Check that
-// schedule in the SASS when this function changes.
+// the wgmma wait, which slows every H=64 row. Check that schedule in the SASS (python -m
+// dev.isa.check --arch sm_90a reports it) when this function changes.
 template <int H, class Logits>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
   using Element = typename Logits::Element;

@@ -30,8 +30,9 @@
 #include "sm90/fill.cuh"
 #include "sm90/math.cuh"
 #include "sm90/plan.cuh"
-#include "sm90/primitives.cuh"
 #include "sm90/producer.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/utils.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 

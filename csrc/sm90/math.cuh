@@ -17,7 +17,8 @@
 #include <cstdint>
 
 #include "sm90/epilogue.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/mma/wgmma.cuh"
+#include "sm90/ptx/barrier.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 

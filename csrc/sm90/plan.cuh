@@ -15,8 +15,8 @@
 // disjoint: no reduction).
 // Why this split: pricing a block (its rows' bounds loaded and clamped, their union, its tiles) is
 // the expensive part; done by every CTA for every block it put an O(M) chain of loads and clamps on
-// each CTA's critical path, and done by a single CTA it is bound by that one SM's issue rate (both
-// measured: docs/performance.md). Spread over a grid it is one round of loads; what is left per CTA
+// each CTA's critical path, and done by a single CTA it is bound by that one SM's issue rate.
+// Spread over a grid it is one round of loads; what is left per CTA
 // is a scan of 8 bytes per block from L2. The main kernel is the pricing kernel's programmatic
 // dependent: its CTAs start during the pricing and wait for it at grid_dependency_wait, so the extra
 // launch adds no launch gap. The pricing kernel is in turn the programmatic dependent of the stream's
@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/utils.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 

@@ -19,7 +19,9 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/ld_st.cuh"
+#include "sm90/ptx/tma.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
 

@@ -16,7 +16,8 @@
 #include <cstdint>
 
 #include "common/work_scheduler.h"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/utils.cuh"
 #include "sm90/work.cuh"
 
 namespace aiter {

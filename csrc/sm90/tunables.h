@@ -2,8 +2,8 @@
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
 //
-// Only this backend includes it; nothing else in the sm90 folder defines a tile size. The numbers in
-// the reasons are H200 measurements (µs, cold L2) of the setting against its alternative.
+// Only this backend includes it; nothing else in the sm90 folder defines a tile size. The H200
+// measurements behind the defaults are in docs/performance-archive.md ("The sm90 tunables").
 #pragma once
 
 namespace aiter {
@@ -13,13 +13,11 @@ namespace sm90 {
 // one accumulator; all of them consume every K tile, and the three MMAs on a shared K tile finish in
 // turn, so one warpgroup's epilogue runs under the others' MMAs and each scheduler has three math
 // warps to hide the epilogue's latency with. Two warpgroups with two accumulators each (a warpgroup's
-// next MMA under its own epilogue) measured 4096x32768 causal 1237 / 2433 us against 988 / 1967 us
-// with three (H=32 / H=64): the CUDA-core epilogue is latency-bound with two math warps per
-// scheduler. Four do not fit: 640 threads get 96 registers each at launch, so 104 per math thread at
-// most, too few for the 32 weights beside the accumulator. Reading the weights from shared memory
-// every tile instead (a 4-way bank-conflicted layout) measured 1.73x slower with four and 1.85x with
-// three (4096x32768 causal H=32): the wgmma operands already take ~75% of the shared-memory bandwidth
-// (24 KiB per warpgroup per 256-cycle MMA at 128 B/cycle), so even conflict-free it would not fit.
+// next MMA under its own epilogue) are slower: the CUDA-core epilogue is latency-bound with two math
+// warps per scheduler. Four do not fit: 640 threads get 96 registers each at launch, so 104 per math
+// thread at most, too few for the 32 weights beside the accumulator, and reading the weights from
+// shared memory every tile instead does not fit either: the wgmma operands already take about three
+// quarters of the shared-memory bandwidth (24 KiB per warpgroup per 256-cycle MMA at 128 B/cycle).
 constexpr int kMathWarpgroups = 3;
 // Columns of the Q tile, as (row, head) pairs: 384, i.e. 12 rows at H=32, 6 at H=64. Each K tile
 // pulled into shared memory serves them all: 3x less L2 traffic per FLOP than a 128-column tile.
@@ -33,54 +31,45 @@ constexpr int kKeysPerTile = 64;
 constexpr int kMaxHeadDim = 128;
 // K ring depth: 8 x 8 KiB hides ~4k cycles of L2/HBM latency at one tile per ~512 cycles.
 constexpr int kKStages = 8;
-// Q tiles in flight: the next block's Q and weights load while the current one computes. A third
-// slot measured no gain (1024x1024 causal within 1.5 us, long rows within noise).
+// Q tiles in flight: the next block's Q and weights load while the current one computes; a third
+// slot gains nothing.
 constexpr int kQSlots = 2;
 // Where a math warpgroup loads a Q block's weights and windows (epilogue.cuh: BlockRows): at the end of
 // the previous block's last epilogue (true), or before the block's first epilogue, a branch between
-// the MMA's wait and the epilogue's arithmetic (false). Same-run A/B on the H200 (`python dev/ab.py
-// --head-dim D --clean 0 --reps 2`, causal 4096x32768, multi_req 4096x32768, causal 8192x8192 and
-// 1024x1024; end / before): D = 64: H = 16 0.943-0.953 on the three long rows (1024x1024 1.024),
-// H = 32 0.963-0.977, H = 8 0.983-1.009, H = 64 0.998-1.010; D = 128: H = 8, 16, 32 0.988-1.008, H = 64
-// 0.988-1.027 (ptxas then issues its relu FADDs after the stage release, as in earlier H = 64 losses).
+// the MMA's wait and the epilogue's arithmetic (false). At the end is faster up to H = 32 (most at
+// H = 16, D = 64); at H = 64 it moves ptxas's relu FADDs after the stage release, which is slower.
 template <int H>
 constexpr bool kRowsAtBlockEnd = H <= 32;
 // Cost of starting a Q block, in K tiles, in the balanced plan's units: a CTA that walks many short
-// blocks (the first rows of a causal chunk) pays a Q-tile load per block. 1024x1024 causal
-// no-clean: 0 -> 21.7 / 30.8 us, 2 -> 20.0 / 24.4 us (H=32 / H=64); long rows unchanged.
+// blocks (the first rows of a causal chunk) pays a Q-tile load per block, which a price of zero
+// leaves out; long rows do not notice it.
 constexpr int kBlockOverheadTiles = 2;
 // Threads per CTA of the pricing kernel (plan.cuh), one Q block each: small CTAs spread even a short
-// chunk's blocks over several SMs. Not tuned: the pricing measured 4.5-5.9 us on every benchmark
-// shape up to M = 65536 (about one launch and one round of loads), and the main kernel's CTAs start
-// under it.
+// chunk's blocks over several SMs. Not tuned: the pricing costs about one launch and one round of
+// loads at every benchmark shape, and the main kernel's CTAs start under it.
 constexpr int kPriceThreads = 256;
 // Rows whose window holds 1..kExactKeys keys are computed on the CUDA cores by the fill warps
 // (exact fp8 products, summed four at a time in float, then in double) instead of by the tensor
-// cores. Hopper's FP8 wgmma accumulates with ~14-bit precision (error up to 2.1e-4 of the sum of
-// |terms|); where a row has only a few logits they can all cancel to ~1e-4 of their terms, and the
-// contract's per-row bound failed by up to 8.8x on 1-3-key windows. With more keys the row's
-// maximum is almost surely far above that error. With the exact path the GPU op tests went from 10
-// failed to 180 passed; error / sum|terms| on those rows 2.1e-4 -> 4e-8; cost: 1024x1024 causal
-// +2.2 us (H=32) and +3.3 us (H=64), the largest rows within noise. Those rows' few thousand
-// CUDA-core instructions share the schedulers with the math warps.
+// cores. Hopper's FP8 wgmma accumulates with ~14-bit precision (an error of about 2e-4 of the sum of
+// |terms|); where a row has only a few logits they can all cancel to about 1e-4 of their terms,
+// below that error and outside the contract's per-row bound. With more keys the row's maximum is
+// almost surely far above the error. Those rows' few thousand CUDA-core instructions share the
+// schedulers with the math warps, a cost short calls notice and long rows do not.
 constexpr int kExactKeys = 8;
 // Whether the exact path spreads a row's keys over CTAs (exact_rows.cuh: up to kExactKeys items of a
 // row, as many as keep a call within one round of candidates per fill thread) instead of computing
 // each row in one CTA. A row per CTA puts a causal chunk's first rows (1..8 keys, up to 8 x H dot
-// products and a serial head sum apiece) on CTAs 0-7 alone, on the critical path of a short call:
-// in a CUDA graph (python -m dev.graph_chain, H200) causal 1024x1024 measured 14.5 / 20.5 us with it
-// and 11.6 / 16.4 us with the exact path switched off (H = 32 / 64). Spread, same-run: H = 32 14.6
-// -> 13.6 us, its long rows 0.96-1.00 of before (dev/ab.py). Every other H measured worse, each
-// through a different ptxas schedule of its kernel: H = 64 (the production head shape) long D = 128
-// rows +2.4-4.0% and 128x4096, 64x8192 +3.7% (its math loop's relu FADDs after the stage release),
-// though its 1024x1024 went 20.5 -> 16.7 us; H = 8 1024x1024 11.5 -> 12.6 us; H = 16 2048x2048
-// 18.0 -> 18.9 us. Those keep a row per CTA, and their kernels the schedule they had (issue 12).
+// products and a serial head sum apiece) on CTAs 0-7 alone, on the critical path of a short call;
+// spreading them takes that off it. Only H = 32 spreads: at every other H the spread code changes
+// ptxas's schedule of the whole kernel for the worse (at H = 64, the production head shape, its math
+// loop's relu FADDs move after the stage release and the long rows slow down), so those keep a row
+// per CTA and the schedule that goes with it.
 template <int H>
 constexpr bool kSpreadExactRows = H == 32;
 // -inf fill runs up to this many columns (2 KiB) go a warp per row, longer ones all three fill warps
-// per row. A warp per row: 1024x1024 causal clean 28.8 -> 20.3 us (short runs: the loop overhead of
-// 96 threads on 64 columns), but multi_req 8192x8192 clean 117 -> 137 us (long runs: three rows'
-// scattered 512-byte stores instead of one row's contiguous 1.5 KiB); the split keeps both gains.
+// per row. A warp per row suits short runs (96 threads on 64 columns pay the loop overhead for
+// little), three warps long ones (one row's contiguous 1.5 KiB per store round instead of three
+// rows' scattered 512 bytes); the split keeps both.
 constexpr int kFillShortRun = 512;
 // One producer warpgroup (warp 0: TMA issue; warps 1-3: exact rows, -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
@@ -100,8 +89,8 @@ static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= 65536, 
 constexpr int kPagedMathWarpgroups = 3;
 constexpr int kPagedSharingWarpgroups = 2;
 // K rings: one per math warpgroup's turn (tile seq goes to ring seq % 3), each filled by a producer
-// warp of its own. One producer warp issuing every tile measured ~770 cycles a tile on the H200 (ncu:
-// the math warps waited on full stages, the producer never on an empty one), 1.6x the K bytes' time.
+// warp of its own. One producer warp issuing every tile is slower than the K bytes (the math warps
+// wait on full stages, the producer never on an empty one).
 constexpr int kPagedRings = kPagedMathWarpgroups;
 // Stages per ring: 3 x 5 x 8 KiB keep ~120 KiB in flight per SM, above the ~64 KiB that the
 // bandwidth-latency product of one SM needs (32 GB/s per SM x ~2 us under load).

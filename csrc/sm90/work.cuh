@@ -104,15 +104,6 @@ __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& arg
   return model;
 }
 
-// A plain store of one logit as the output's element (the exact path; the epilogue has its own
-// predicated streaming form), and the element's -inf twice over in 32 bits (the fill's vectors).
-__device__ __forceinline__ void store_logit(float* at, float value) { *at = value; }
-__device__ __forceinline__ void store_logit(__nv_bfloat16* at, float value) { *at = __float2bfloat16_rn(value); }
-template <typename Element>
-__host__ __device__ constexpr uint32_t neg_inf_word() {
-  return sizeof(Element) == 4 ? 0xff800000u : 0xff80ff80u;
-}
-
 // The logits output as the instance's element type.
 template <class Logits>
 __device__ __forceinline__ typename Logits::Element* logits_out(const KernelArgs& args) {
@@ -150,10 +141,6 @@ __device__ __forceinline__ scheduler::BlockUnion<int> load_block_union(const Ker
   }
   return block_union;
 }
-
-// Rows the exact path computes (exact_rows.cuh) and the math warpgroups therefore do not store: a
-// window of 1..kExactKeys keys (`keys` = end - begin of the clamped window, <= 0 when empty).
-__device__ __forceinline__ bool is_exact_row(int keys) { return keys > 0 && keys <= kExactKeys; }
 
 }  // namespace sm90
 }  // namespace aiter

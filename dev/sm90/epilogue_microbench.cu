@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "sm90/primitives.cuh"
+#include "sm90/mma/wgmma.cuh"
 
 using namespace aiter::sm90;
 

@@ -7,16 +7,17 @@
 // block table), their scales, weights [B * next_n, H] f32; out [B * next_n, max_context_len] f32 or
 // bf16 (written: the row's visible keys).
 // Why: Hopper's FP8 wgmma accumulates with ~14-bit precision, and a row with a few logits can
-// cancel them all to the size of that error (sm90/tunables.h: kExactKeys, measured on prefill; the
-// decode GPU tests failed the contract's per-row bound on such rows the same way). Each (key, head)
-// term is an exact fp8 dot product (the prefill exact path's dot_e4m3_row, on global rows), the heads are
-// summed in a fixed order in double: deterministic. The math warpgroups skip these rows' values.
+// cancel them all to the size of that error (common/exact.cuh, tunables.h: kExactKeys), in decode
+// as in prefill. Each (key, head) term is an exact fp8 dot product (common/exact.cuh: dot_e4m3_row,
+// on the rows in global memory), the heads are summed in a fixed order in double: deterministic. The
+// math warpgroups skip these rows' values.
 #pragma once
 #include <cstdint>
 
-#include "sm90/exact_rows.cuh"
+#include "sm90/common/exact.cuh"
+#include "sm90/common/store.cuh"
 #include "sm90/paged/schedule.cuh"
-#include "sm90/paged/storage.cuh"
+#include "sm90/paged/shared_storage.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -24,7 +25,7 @@ namespace paged {
 
 // Warp 3 of the producer warpgroup (`lane`), on the rows r = CTA + k grid of all B * next_n rows.
 template <int H, int D, int NEXT_N, typename Element>
-__device__ void exact_paged_rows(const PagedArgs& args, PagedSharedStorage& smem, int lane) {
+__device__ void exact_short_rows(const PagedArgs& args, PagedSharedStorage& smem, int lane) {
   const int64_t rows = args.batches * NEXT_N;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t b = row / NEXT_N;

@@ -19,7 +19,7 @@
 //                                          64-key tiles (64 / block_kv cache blocks each) into the
 //                                          rings, warp r the tiles of ring r (every third)
 //   warpgroup 0, warp 3      exact_rows.cuh rows that see 1..kExactKeys keys, on the CUDA cores, then
-//                            tails.cuh     the -inf columns past each batch's blocks (clean_logits)
+//                            fill.cuh      the -inf columns past each batch's blocks (clean_logits)
 //   warpgroups 1-3           math.cuh      wgmma per tile (the tiles in turn, or the first two on every
 //                                          tile when next_n x H > 128), relu x w, head sum, store
 // Why this shape: decode reads every key once and computes little per byte, so the kernel is a K
@@ -30,11 +30,12 @@
 #include <cstdint>
 
 #include "sm90/paged/exact_rows.cuh"
+#include "sm90/paged/fill.cuh"
 #include "sm90/paged/math.cuh"
 #include "sm90/paged/producer.cuh"
-#include "sm90/paged/storage.cuh"
-#include "sm90/paged/tails.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/paged/shared_storage.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/utils.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -46,26 +47,26 @@ __global__ void __launch_bounds__(kPagedThreads, 1)
                                      const __grid_constant__ CUtensorMap k_map, const PagedArgs args) {
   using Shape = PagedShape<H, D, NEXT_N>;
   extern __shared__ uint8_t dynamic_smem[];
-  PagedSharedStorage& smem = paged_storage(dynamic_smem);
+  PagedSharedStorage& smem = shared_storage(dynamic_smem);
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&q_map);
     tma_prefetch_descriptor(&k_map);
-    init_paged_barriers(smem, Shape::kStageConsumers);
+    init_barriers(smem, Shape::kStageConsumers);
   }
   __syncthreads();
   if (warpgroup == 0) {
     setmaxnreg_dec<kPagedProducerRegs>();
     const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
     if (warp < kPagedRings) {
-      produce_paged<H, D, NEXT_N>(args, smem, &q_map, &k_map, warp);
+      produce_q_and_k<H, D, NEXT_N>(args, smem, &q_map, &k_map, warp);
     } else {
-      exact_paged_rows<H, D, NEXT_N, Element>(args, smem, threadIdx.x % 32);
-      if (args.clean_logits) fill_paged_tails<Element>(args, threadIdx.x % 32);
+      exact_short_rows<H, D, NEXT_N, Element>(args, smem, threadIdx.x % 32);
+      if (args.clean_logits) fill_tails<Element>(args, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<kPagedMathRegs>();
-    run_paged_math<H, D, NEXT_N, Element>(args, smem, warpgroup - 1);
+    run_math_warpgroup<H, D, NEXT_N, Element>(args, smem, warpgroup - 1);
   }
 }
 

@@ -31,7 +31,8 @@ const char* launch_heads(const Fp8PagedMqaLogitsParams& params, int device_index
 #include <cuda_bf16.h>
 
 #include "sm90/capabilities.h"
-#include "sm90/launch_instance.cuh"  // launch_detail: encode_tiled, make_row_map, reserve_shared_memory
+#include "sm90/common/launch.cuh"
+#include "sm90/cuda_errors.h"
 #include "sm90/paged/kernel.cuh"
 
 namespace aiter {

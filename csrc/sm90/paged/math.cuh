@@ -10,25 +10,28 @@
 //   d[4 j + 2 i + c] = S[key = 16 wi + l / 4 + 8 i][col = 8 j + 2 q + c]
 //   col -> (row r = col / H of this warpgroup's rows, head = col % H)
 // Tensors: weights [B * next_n, H] f32 (row stride weights_stride), read once per batch (from the
-// Q slot, storage.cuh); out [B * next_n, max_context_len] f32 or bf16 (row stride out_stride),
+// Q slot, shared_storage.cuh); out [B * next_n, max_context_len] f32 or bf16 (row stride out_stride),
 // written.
 // kv scale > 0 (a precondition), so it is applied after the head sum: relu(s x) = s relu(x); relu(x)
 // is (x + |x|) / 2 with the 1/2 folded into the scale (one FADD instead of an FMNMX).
 #pragma once
 #include <cstdint>
 
-#include "sm90/epilogue.cuh"
+#include "sm90/common/exact.cuh"
+#include "sm90/common/reduce.cuh"
+#include "sm90/mma/wgmma.cuh"
 #include "sm90/paged/schedule.cuh"
-#include "sm90/paged/storage.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/paged/shared_storage.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/ld_st.cuh"
 
 namespace aiter {
 namespace sm90 {
 namespace paged {
 
-// The quad's (key, row) sums as lanes hold them after the reduce-scatter below: output o = i kRows + r
-// (key i of the thread's two, row r) ends in lane o % 4 as its slot o / 4; two outputs (one row) go
-// to lanes 0 and 1 (and their copies in lanes 2 and 3, which do not store).
+// The quad's (key, row) sums as lanes hold them after the reduce-scatter (common/reduce.cuh): output
+// o = i kRows + r (key i of the thread's two, row r) ends in lane o % 4 as its slot o / 4; two
+// outputs (one row) go to lanes 0 and 1 (and their copies in lanes 2 and 3, which do not store).
 template <int kRows>
 struct QuadOutputs {
   static constexpr int kCount = 2 * kRows;
@@ -37,35 +40,8 @@ struct QuadOutputs {
   __device__ static bool stores(int quad_lane) { return kCount >= 4 || quad_lane < 2; }
 };
 
-// Sums each output over the quad and leaves it in its lane: per halving step a lane sends the half of
-// its partials its partner keeps (2 SEL, 1 SHFL, 1 FADD per pair), log2 steps instead of a full
-// butterfly per output.
-template <int kCount>
-__device__ __forceinline__ void quad_reduce_scatter(float (&part)[kCount], int quad_lane) {
-  if constexpr (kCount >= 2) {  // step 1: outputs with (o & 1) == (lane & 1) stay
-    const bool odd = quad_lane & 1;
-#pragma unroll
-    for (int k = 0; k < kCount / 2; ++k) {
-      const float send = odd ? part[2 * k] : part[2 * k + 1];
-      const float keep = odd ? part[2 * k + 1] : part[2 * k];
-      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);  // now output 2k + (lane & 1)
-    }
-  }
-  if constexpr (kCount >= 4) {  // step 2: of those, (o & 2) == (lane & 2) stay
-    const bool high = quad_lane & 2;
-#pragma unroll
-    for (int k = 0; k < kCount / 4; ++k) {
-      const float send = high ? part[2 * k] : part[2 * k + 1];
-      const float keep = high ? part[2 * k + 1] : part[2 * k];
-      part[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2);  // now output 4k + lane
-    }
-  } else {
-    part[0] += __shfl_xor_sync(0xffffffffu, part[0], 2);
-  }
-}
-
 template <int H, int D, int NEXT_N, typename Element>
-__device__ void run_paged_math(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
+__device__ void run_math_warpgroup(const PagedArgs& args, PagedSharedStorage& smem, int math_warpgroup) {
   using Shape = PagedShape<H, D, NEXT_N>;
   constexpr int kRows = Shape::kWgRows;
   constexpr int kFragGroups = Shape::kWgCols / 8;  // accumulator column groups holding real columns

@@ -13,7 +13,7 @@
 //             (schedule.cuh)
 // A tile is 64 / block_kv consecutive blocks of the batch (tile t = keys [64 t, 64 t + 64)); blocks
 // outside the share are not loaded (their rows of the stage stay stale and are never stored).
-//   weights   [B * next_n, H] f32: batch b's rows into its Q slot by bulk copies (storage.cuh)
+//   weights   [B * next_n, H] f32: batch b's rows into its Q slot by bulk copies (shared_storage.cuh)
 // Why warps of their own, three of them: TMA issue and the block-table loads never wait on the math,
 // and one warp's issue of ~160 instructions a tile was slower than the K bytes (tunables.h).
 #pragma once
@@ -21,8 +21,9 @@
 #include <cstdint>
 
 #include "sm90/paged/schedule.cuh"
-#include "sm90/paged/storage.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/paged/shared_storage.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/tma.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -47,7 +48,7 @@ struct WarpBlocks {
 };
 
 template <int H, int D, int NEXT_N>
-__device__ void produce_paged(const PagedArgs& args, PagedSharedStorage& smem, const CUtensorMap* q_map,
+__device__ void produce_q_and_k(const PagedArgs& args, PagedSharedStorage& smem, const CUtensorMap* q_map,
                               const CUtensorMap* k_map, int ring) {
   using Shape = PagedShape<H, D, NEXT_N>;
   const int lane = threadIdx.x % 32;

@@ -11,8 +11,7 @@ namespace aiter {
 namespace sm90 {
 namespace paged {
 
-constexpr int kKeysPerTile = 64;  // the M side of one wgmma
-constexpr int kWgmmaCols = 128;   // the widest wgmma N the kernel issues (it uses the exact width below)
+constexpr int kWgmmaCols = 128;  // the widest wgmma N the kernel issues (it uses the exact width below)
 
 template <int H, int D, int NEXT_N>
 struct PagedShape {

@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "sm90/fill.cuh"
+#include "sm90/common/store.cuh"
 #include "sm90/paged/schedule.cuh"
 
 namespace aiter {
@@ -19,7 +19,7 @@ namespace sm90 {
 namespace paged {
 
 template <typename Element>
-__device__ void fill_paged_tails(const PagedArgs& args, int lane) {
+__device__ void fill_tails(const PagedArgs& args, int lane) {
   const bool vec_ok = rows_take_vectors<Element>(args.out, args.out_stride);
   const int64_t rows = args.batches * args.next_n;
   const int columns = static_cast<int>(args.max_context_len);

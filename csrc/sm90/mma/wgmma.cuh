@@ -1,128 +1,13 @@
-// Thin wrappers over the Hopper (sm_90a) PTX the fp8_mqa_logits kernel uses: mbarriers, TMA tile
-// loads, cp.async, fp8 conversion, wgmma, setmaxnreg and the dependent-launch controls. Device-only, torch-free.
-//
-//   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]   for n in [ks[m], ke[m]) clamped to [0, N]
-//
-// Tensors: none directly; the shared-memory tiles the wrappers address are K-major rows of 128 e4m3
-// bytes with the row-wide swizzle (smem_desc_swizzled). Why wrappers: each role file reads as the
-// algorithm, and every inline-asm constraint lives in one place.
+// wgmma wrappers (sm_90a): shared-memory matrix descriptors, the fences and waits, and the fp8
+// (e4m3 x e4m3 -> f32) m64nNk32 MMAs the logits kernels issue, A and B from shared memory.
 #pragma once
-#include <cuda.h>
 #include <cstdint>
+
+#include "sm90/ptx/utils.cuh"
 
 namespace aiter {
 namespace sm90 {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ---- mbarrier --------------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-// Makes the initialised barriers visible to the async (TMA) proxy before first use.
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-// Blocks until the phase with the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  const uint32_t addr = smem_addr(bar);
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// ---- TMA ---------------------------------------------------------------------------------------
-__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// One box of a 2-D tensor map into shared memory; completion is counted in bytes on `bar`.
-// Rows past the tensor's extent arrive as zeros.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-// A 3-D TMA box (c0 fastest) into shared memory, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
-          "r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-// A contiguous bulk copy global -> shared (16-byte aligned, a multiple of 16 bytes), completing
-// `bar`'s transaction bytes.
-__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
-// ---- cp.async (4-byte element copies into shared memory) ----------------------------------------
-// Copies 4 bytes, or writes 4 zero bytes when `valid` is false (nothing is read then).
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-// 16 bytes global -> shared, bypassing the registers (and L1); complete after cp_async_wait_all.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-// Waits for all of this thread's cp.async copies; a barrier then publishes them to the others.
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// One arrival on `bar` once this thread's earlier cp.async copies have landed; it counts as one of
-// the barrier's expected arrivals (.noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// ---- fp8 conversion ------------------------------------------------------------------------------
-// Four e4m3 values (one 32-bit word, lowest byte first) to float, exactly (e4m3 -> f16 -> f32).
-__device__ __forceinline__ void e4m3x4_to_float(uint32_t packed, float (&out)[4]) {
-  asm("{\n"
-      ".reg .b16 lo, hi, h0, h1, h2, h3;\n"
-      ".reg .b32 p0, p1;\n"
-      "mov.b32 {lo, hi}, %4;\n"
-      "cvt.rn.f16x2.e4m3x2 p0, lo;\n"
-      "cvt.rn.f16x2.e4m3x2 p1, hi;\n"
-      "mov.b32 {h0, h1}, p0;\n"
-      "mov.b32 {h2, h3}, p1;\n"
-      "cvt.f32.f16 %0, h0;\n"
-      "cvt.f32.f16 %1, h1;\n"
-      "cvt.f32.f16 %2, h2;\n"
-      "cvt.f32.f16 %3, h3;\n"
-      "}\n"
-      : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
-      : "r"(packed));
-}
-
-// ---- wgmma -------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor for a K-major tile whose rows are kRowBytes (32, 64 or 128), stored
 // with the swizzle of that width (what TMA writes with CU_TENSOR_MAP_SWIZZLE_<kRowBytes>B): 8-row
 // atoms of 8 x kRowBytes bytes. The tile must start 1024-byte aligned (enough for every width).
@@ -244,24 +129,6 @@ __device__ __forceinline__ void wgmma_m64nk32_e4m3<64>(float (&d)[32], uint64_t 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-
-// ---- register budget ---------------------------------------------------------------------------
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
-}
-
-// ---- programmatic dependent launch ----------------------------------------------------------------
-// Lets the grid launched next on the stream (with the programmatic-serialization attribute) start
-// its CTAs now; they wait for this grid's results with grid_dependency_wait.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-// Blocks the calling thread until the grid this one depends on has finished and its writes are
-// visible; returns at once when the launch had no programmatic dependency.
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 }  // namespace sm90
 }  // namespace aiter

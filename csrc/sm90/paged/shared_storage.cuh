@@ -19,7 +19,8 @@
 
 #include "sm90/paged/schedule.cuh"  // PagedArgs
 #include "sm90/paged/shape.cuh"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/utils.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -27,7 +28,6 @@ namespace paged {
 
 constexpr int kMaxNextN = 4;
 constexpr int kMaxCols = 2 * kWgmmaCols;
-constexpr int kMaxHeadDim = 128;
 
 // The batch a Q slot holds. tile_begin / tile_end: the batch's 64-key tiles this CTA computes
 // (tile t = keys [64 t, 64 t + 64)); key_begin / key_end: the keys of its share (whole cache
@@ -91,7 +91,7 @@ struct RingCursor {
   }
 };
 
-__device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_smem) {
+__device__ __forceinline__ PagedSharedStorage& shared_storage(uint8_t* dynamic_smem) {
   const uint32_t align_pad = (1024 - (smem_addr(dynamic_smem) & 1023)) & 1023;
   return *reinterpret_cast<PagedSharedStorage*>(dynamic_smem + align_pad);
 }
@@ -101,7 +101,7 @@ __device__ __forceinline__ PagedSharedStorage& paged_storage(uint8_t* dynamic_sm
 //   q_empty[slot]  one arrival per math warp after the batch: the slot may be refilled
 //   k_full[stage]  its ring's producer's arrival plus the tile's K and scale bytes
 //   k_empty[stage] one arrival per warp that consumed the stage (one warpgroup, or both)
-__device__ __forceinline__ void init_paged_barriers(PagedSharedStorage& smem, int stage_consumers) {
+__device__ __forceinline__ void init_barriers(PagedSharedStorage& smem, int stage_consumers) {
   for (int slot = 0; slot < kPagedQSlots; ++slot) {
     mbar_init(&smem.q_full[slot], 1);
     mbar_init(&smem.q_empty[slot], 4 * kPagedMathWarpgroups);
