@@ -1,4 +1,5 @@
-"""What module_fp8_mqa_logits is built from, per target, and with which flags.
+"""What the JIT modules are built from, per target, and with which flags (module_specs.py splits the
+GPU sources into one module per op family).
 
 The single source of truth for the JIT builder, the ahead-of-time build in setup.py and the ISA
 checker (``python -m dev.isa.check``), so that what CI checks is what users run.
@@ -33,9 +34,11 @@ COMMON_SOURCES = (
     "cpu/indexer_topk_cpu.cpp",
 )
 # Per-target kernel sources, added when the target is present.
-# sm90: the dispatch, and the kernel instances one file per H (compiled in parallel), for prefill
-# and for the paged decode kernel.
+# sm90: the device queries every kernel family shares, then per family (aiter/jit/module_specs.py
+# picks each family's by folder) the dispatch and the kernel instances one file per H (compiled in
+# parallel): prefill, the paged decode kernel, the top-k kernel.
 SM90_SOURCES = (
+    "sm90/device.cu",
     "sm90/launcher.cu",
     "sm90/instances/heads_8.cu",
     "sm90/instances/heads_16.cu",

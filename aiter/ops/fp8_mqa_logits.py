@@ -57,13 +57,14 @@ def _dtype_name(logits_dtype) -> str:
 
 def _functional_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits=True, split_n=0, max_seqlen_k=0,
                      logits_dtype=None):
-    return native.ops().fp8_mqa_logits.default(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None,
-                                               split_n, max_seqlen_k, _dtype_name(logits_dtype))
+    return native.ops("prefill", q.device).fp8_mqa_logits.default(
+        q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, None, split_n, max_seqlen_k,
+        _dtype_name(logits_dtype))
 
 
 def _out_impl(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n=0, max_seqlen_k=0):
-    native.ops().fp8_mqa_logits.default(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits, out, split_n,
-                                        max_seqlen_k, "")
+    native.ops("prefill", q.device).fp8_mqa_logits.default(q, kv, kv_scales, weights, cu_starts, cu_ends, clean_logits,
+                                                           out, split_n, max_seqlen_k, "")
 
 
 # One implementation for every device: the extension dispatches on q's device itself.

@@ -48,13 +48,14 @@ _METADATA = "get_paged_mqa_logits_metadata: "
 
 
 def _metadata_impl(context_lens, block_kv, num_sms):
-    return native.ops().get_paged_mqa_logits_metadata.default(context_lens, block_kv, num_sms)
+    return native.ops("paged", context_lens.device).get_paged_mqa_logits_metadata.default(context_lens, block_kv, num_sms)
 
 
 def _logits_impl(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits=False,
                  logits_dtype=None):
-    return native.ops().fp8_paged_mqa_logits.default(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                                                     max_context_len, clean_logits, _dtype_name(logits_dtype))
+    return native.ops("paged", q.device).fp8_paged_mqa_logits.default(
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+        _dtype_name(logits_dtype))
 
 
 # One implementation for every device: the extension dispatches on the tensors' device itself.
@@ -381,7 +382,7 @@ def check_block_table(device=None):
         dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cpu":
         return None
-    native.ops().check_paged_block_table.default(str(dev))
+    native.ops("paged", dev).check_paged_block_table.default(str(dev))
     return None
 
 

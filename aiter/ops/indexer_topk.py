@@ -39,11 +39,13 @@ _lib.define("top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Ten
 
 
 def _prefill_impl(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k):
-    native.ops().top_k_per_row_prefill.default(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
+    native.ops("topk", logits.device).top_k_per_row_prefill.default(logits, rowStarts, rowEnds, indices, values, numRows,
+                                                                    stride0, stride1, k)
 
 
 def _decode_impl(logits, next_n, seqLens, indices, numRows, stride0, stride1, k):
-    native.ops().top_k_per_row_decode.default(logits, next_n, seqLens, indices, None, numRows, stride0, stride1, k)
+    native.ops("topk", logits.device).top_k_per_row_decode.default(logits, next_n, seqLens, indices, None, numRows,
+                                                                   stride0, stride1, k)
 
 
 # One implementation for every device: the extension dispatches on logits' device itself.
