@@ -58,6 +58,10 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=0, help="ninja jobs for the whole build (default: the JIT's)")
     parser.add_argument("--keep", metavar="DIR", help="build in DIR and keep it (default: a temp dir, removed)")
     parser.add_argument("--units-only", action="store_true", help="skip the whole build (DIR must hold one)")
+    parser.add_argument("--no-units", action="store_true", help="time the whole build only")
+    parser.add_argument("--cuda-home", metavar="DIR",
+                        help="the CUDA toolkit for a GPU module under a CPU torch (whose cpp_extension knows none);"
+                             " the library then links but does not import")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = parser.parse_args(argv)
 
@@ -80,7 +84,12 @@ def main(argv=None) -> int:
     child = os.path.join(os.path.dirname(build.__file__), "_build_child.py")
     figures: dict = {"module": spec.name, "jobs": env["MAX_JOBS"], "units": {}}
     if not args.units_only:
-        wall, cpu, rc = _timed([sys.executable, child, job_path], check=False, env=env, stdout=subprocess.DEVNULL)
+        command = [sys.executable, child, job_path]
+        if args.cuda_home:
+            command = [sys.executable, "-c", "import runpy, sys, torch.utils.cpp_extension as c; c.CUDA_HOME = sys.argv[1];"
+                       " sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')", args.cuda_home,
+                       child, job_path]
+        wall, cpu, rc = _timed(command, check=False, env=env, stdout=subprocess.DEVNULL)
         figures["build"] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "exit": rc}
         print(f"whole build ({spec.label}, MAX_JOBS={env['MAX_JOBS']}): {wall:.1f} s wall, {cpu:.1f} s CPU "
               f"(user+sys, all compilers and the Python child; exit {rc})")
@@ -88,7 +97,7 @@ def main(argv=None) -> int:
     if os.path.exists(library):
         figures["so_bytes"] = os.path.getsize(library)
         print(f"{spec.name}.so: {figures['so_bytes']} bytes")
-    for target, command in _ninja_edges(build_dir):
+    for target, command in [] if args.no_units else _ninja_edges(build_dir):
         path = os.path.join(build_dir, target)
         if os.path.exists(path):
             os.remove(path)
