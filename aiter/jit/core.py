@@ -34,7 +34,7 @@ import os
 import threading
 import time
 
-from . import aot, build_config
+from . import aot, build_config  # noqa: F401 (build_config: API)
 from .build_lock import DEFAULT_LOCK_TIMEOUT_S, HEARTBEAT_S, lock_is_stale  # noqa: F401 (API)
 from .cache_key import cache_key, cache_root  # noqa: F401 (API)
 from .errors import JitBuildError

@@ -62,7 +62,7 @@ const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* firs
   const auto& table = aiter::paged_gpu_backends();
   const int count = table.size();
   TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, first_name, " is on ", device, ", but ", aiter::kNoGpuBackendHint,
-                              " (sm90 has a paged decode kernel, gfx950 not yet); pass CPU tensors");
+                              " (a paged decode kernel exists for sm90, not yet for gfx950); pass CPU tensors");
   std::string why_not;
   for (int i = 0; i < count; ++i) {
     const char* mismatch = table[i].check_device(device.index());

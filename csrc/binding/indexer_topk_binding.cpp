@@ -109,7 +109,7 @@ void run(const char* op, const aiter::TopkPerRowParams& p, const at::Device& dev
   const auto& table = aiter::topk_gpu_backends();
   const int count = table.size();
   TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, "logits is on ", device, ", but ", aiter::kNoGpuBackendHint,
-                              " (sm90 has a top-k kernel, gfx950 not yet); pass CPU tensors");
+                              " (a top-k kernel exists for sm90, not yet for gfx950); pass CPU tensors");
   std::string why_not;
   for (int i = 0; i < count; ++i) {
     const aiter::TopkGpuBackend& backend = table[i];
