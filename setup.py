@@ -1,15 +1,16 @@
-"""Packaging of aiter. The normal install is pure Python: module_fp8_mqa_logits is compiled on first
+"""Packaging of aiter. The normal install is pure Python: the native modules are compiled on first
 use by aiter/jit/core.py. Two extras live here:
 
 * csrc/ is copied into wheels as aiter/_csrc, where aiter/jit/build_config.csrc_dir() looks first,
   so a non-editable install can still build on first use (and sdists carry csrc/ too).
-* AITER_BUILD_AOT=1 compiles the module now, for images that ship prebuilt. It uses the installed
-  torch, so run it without build isolation:
+* AITER_BUILD_AOT=1 compiles the modules now (the CPU module, and one per GPU op family of each
+  target), for images that ship prebuilt. It uses the installed torch, so run it without build
+  isolation:
       AITER_BUILD_AOT=1 AITER_JIT_TARGETS=cpu,sm90 python -m pip install --no-build-isolation .
   Targets default to what this machine's GPUs need (AITER_JIT_TARGETS overrides, e.g. on a build
-  host without a GPU). The library (without debug info or a symbol table) and a fingerprint of its
-  sources land in aiter/jit/; at run time the JIT uses them when the sources and torch version match
-  and the targets cover the device. A CPU-only wheel, for a machine that should skip the first build:
+  host without a GPU). Each library (without debug info or a symbol table) and a fingerprint of its
+  sources land in aiter/jit/; at run time the JIT uses one when its sources, flags and torch version
+  match. A CPU-only wheel, for a machine that should skip the first build:
       AITER_BUILD_AOT=1 AITER_JIT_TARGETS=cpu python -m pip wheel --no-build-isolation --no-deps . -w dist
 """
 
@@ -59,44 +60,59 @@ STRIP_LINK_FLAGS = ["-s"]
 
 
 def aot_build():
-    """(ext_modules, cmdclass) of the ahead-of-time build, or nothing when not asked for."""
+    """(ext_modules, cmdclass) of the ahead-of-time build, or nothing when not asked for: the CPU
+    module, and one extension per GPU op family of each target (the JIT's modules, aiter/jit/module_specs.py)."""
     if os.environ.get("AITER_BUILD_AOT", "").lower() not in ("1", "true", "yes", "on"):
         return [], {}
     sys.path.insert(0, os.fspath(HERE))
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    from aiter.jit import build_config, core
+    from aiter.jit import aot, module_specs, targets
 
-    targets = core.detect_targets()
-    spec = core.module_spec(targets, build_config.CPU_SIMD_VARIANTS)  # every variant: wheels move
-    gpu = len(targets) > 1
+    wanted = targets.detect_targets()
+    specs = module_specs.all_specs(wanted)
     # Fingerprint the sources before compiling: if they change during the build, the runtime sees
     # a mismatch and rebuilds, rather than trusting a library built from other sources.
-    fingerprint = core.aot_fingerprint(spec)
-    make = CUDAExtension if gpu else CppExtension
+    fingerprints = {spec.name: aot.aot_fingerprint(spec) for spec in specs}
     # setuptools compiles with the interpreter's CFLAGS, -g among them: -g0 after them drops the debug
     # info, and -s links without a symbol table (the dynamic symbols the loader needs stay), so the
-    # wheel's library is about the JIT build's size. Neither changes the code, so they are not part
+    # wheel's libraries are about the JIT builds' size. Neither changes the code, so they are not part
     # of the fingerprint: the runtime compares against the JIT's own flags.
-    ext = make(
-        name=f"aiter.jit.{spec.name}",
-        sources=[os.path.relpath(s, HERE) for s in spec.sources],
-        include_dirs=list(spec.include_dirs),
-        extra_compile_args={"cxx": list(spec.extra_cflags) + STRIP_COMPILE_FLAGS,
-                            "nvcc": list(spec.extra_cuda_cflags)},
-        extra_link_args=list(spec.extra_ldflags) + STRIP_LINK_FLAGS,
-    )
+    exts = []
+    for spec in specs:
+        make = CppExtension if spec.targets == ("cpu",) else CUDAExtension
+        exts.append(make(
+            name=f"aiter.jit.{spec.name}",
+            sources=[os.path.relpath(s, HERE) for s in spec.sources],
+            include_dirs=list(spec.include_dirs),
+            extra_compile_args={"cxx": list(spec.extra_cflags) + STRIP_COMPILE_FLAGS,
+                                "nvcc": list(spec.extra_cuda_cflags)},
+            extra_link_args=list(spec.extra_ldflags) + STRIP_LINK_FLAGS,
+        ))
+    by_name = {spec.name: spec for spec in specs}
 
     class BuildAot(BuildExtension):
         def run(self):
-            print(f"aiter: ahead-of-time build of {spec.name} for {spec.label}", file=sys.stderr)
+            print(f"aiter: ahead-of-time build of {', '.join(f'{s.name} ({s.label})' for s in specs)}",
+                  file=sys.stderr)
             super().run()
             for e in self.extensions:
+                spec = by_name[e.name.rsplit(".", 1)[-1]]
                 out_dir = Path(self.get_ext_fullpath(e.name)).parent
-                meta = {"targets": list(targets), "fingerprint": fingerprint}
-                (out_dir / core.AOT_META).write_text(json.dumps(meta, indent=1))
+                meta = {"targets": list(spec.targets), "fingerprint": fingerprints[spec.name]}
+                (out_dir / aot.aot_meta_name(spec.name)).write_text(json.dumps(meta, indent=1))
 
-    return [ext], {"build_ext": BuildAot}
+        def build_extension(self, ext):
+            # The GPU modules share sources (the entry unit, the device queries) compiled with each
+            # module's own TORCH_EXTENSION_NAME: one object folder per extension keeps them apart.
+            base = self.build_temp
+            self.build_temp = os.path.join(base, ext.name)
+            try:
+                super().build_extension(ext)
+            finally:
+                self.build_temp = base
+
+    return exts, {"build_ext": BuildAot}
 
 
 ext_modules, aot_cmdclass = aot_build()

@@ -35,7 +35,7 @@ left() { echo $((TOTAL - ($(date +%s) - START))); }
 } 2>&1 | tee "$OUT/bench_env.txt"
 
 t=$(date +%s)
-python -c "from aiter.jit import core; core.get_module()" > "$OUT/bench_module_load.txt" 2>&1
+python -m aiter.jit > "$OUT/bench_module_load.txt" 2>&1
 echo "our module loaded in $(($(date +%s) - t)) s (AITER_JIT_DIR=$AITER_JIT_DIR)" | tee -a "$OUT/bench_env.txt"
 
 # run NAME ESTIMATE_S COMMAND...: runs the bench with --time-limit = what is left less a reserve for

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from aiter.jit import core
+from aiter.jit import aot, build, build_progress, cache_entry, cache_key, core, load, module_specs, toolchain
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_eight_processes_build_once_then_load_from_cache(tmp_path):
     assert info["load_s"] < 1.0, info
     assert "building" not in err
     t0 = time.perf_counter()
-    assert core.entry_problem(core.module_spec(("cpu",)), Path(info["path"]).parent) is None
+    assert cache_entry.entry_problem(core.module_spec(("cpu",)), Path(info["path"]).parent) is None
     print(f"cached entry verified (size, sha256) in {(time.perf_counter() - t0) * 1e3:.2f} ms")
 
 
@@ -174,15 +174,15 @@ TINY_SOURCE = textwrap.dedent(
 TINY_DRIVER = textwrap.dedent(
     """
     import json, os, sys
-    from aiter.jit import core
+    from aiter.jit import build_progress, core, toolchain
     root = sys.argv[1]
     if os.environ.get("TINY_PROGRESS_S"):
-        core.PROGRESS_S = float(os.environ["TINY_PROGRESS_S"])
+        build_progress.PROGRESS_S = float(os.environ["TINY_PROGRESS_S"])
     flags = os.environ.get("TINY_CFLAGS", "-O1").split() + json.loads(os.environ.get("TINY_CFLAGS_JSON", "[]"))
     spec = core.ModuleSpec(
         name="tiny_jit_test", sources=(os.path.join(root, "tiny.cpp"),), root=root, targets=("cpu",),
         extra_cflags=tuple(flags),
-        extra_ldflags=tuple(core._link_flags()), include_dirs=(os.path.join(root, "include"),),
+        extra_ldflags=tuple(toolchain.link_flags()), include_dirs=(os.path.join(root, "include"),),
         source_dirs=(os.path.join(root, "include"),))
     if sys.argv[2] == "key":
         print(json.dumps({"key": core.cache_key(spec), "lock": str(core.cache_root() / spec.name / (core.cache_key(spec) + ".lock"))}))
@@ -248,8 +248,8 @@ def test_stale_lock_is_broken(tiny):
         f"""
         import sys, time
         from pathlib import Path
-        from aiter.jit import core
-        lk = core._BuildLock(Path({str(lock)!r}))
+        from aiter.jit import build_lock
+        lk = build_lock.BuildLock(Path({str(lock)!r}))
         assert lk.try_acquire()
         print("held", flush=True)
         time.sleep(600)
@@ -281,8 +281,8 @@ def test_waiters_report_a_failed_build_instead_of_repeating_it(tiny):
         f"""
         import time
         from pathlib import Path
-        from aiter.jit import core
-        assert core._BuildLock(Path({str(lock)!r})).try_acquire()
+        from aiter.jit import build_lock
+        assert build_lock.BuildLock(Path({str(lock)!r})).try_acquire()
         print("held", flush=True)
         time.sleep(600)
         """
@@ -346,11 +346,11 @@ def test_foreign_cxx_is_not_used_by_default(monkeypatch):
     monkeypatch.delenv("AITER_CXX", raising=False)
     monkeypatch.setenv("CXX", "/opt/some-toolchain/bin/g++")
     if os.path.exists("/usr/bin/g++"):
-        assert core.host_compiler() == "/usr/bin/g++"
+        assert toolchain.host_compiler() == "/usr/bin/g++"
     else:
-        assert core.host_compiler() == "/opt/some-toolchain/bin/g++"
+        assert toolchain.host_compiler() == "/opt/some-toolchain/bin/g++"
     monkeypatch.setenv("AITER_CXX", "/usr/local/bin/my-g++")
-    assert core.host_compiler() == "/usr/local/bin/my-g++"
+    assert toolchain.host_compiler() == "/usr/local/bin/my-g++"
 
 
 def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
@@ -363,22 +363,24 @@ def test_key_covers_targets_flags_and_headers(tmp_path, monkeypatch):
     monkeypatch.setenv("AITER_JIT_EXTRA_CFLAGS", "-DAITER_SOMETHING")
     assert core.cache_key(core.module_spec(("cpu",))) != core.cache_key(cpu)
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS")
-    sm90 = core.module_spec(("cpu", "sm90"))
+    sm90 = core.family_spec("prefill", "sm90")
     assert "-DAITER_WITH_SM90" in sm90.extra_cflags and "-DAITER_WITH_SM90" in sm90.extra_cuda_cflags
     assert any(s.endswith(".cu") for s in sm90.sources)
-    gfx = core.module_spec(("cpu", "gfx950"))
+    gfx = core.family_spec("prefill", "gfx950")
     assert "-DAITER_WITH_GFX950" in gfx.extra_cflags and "--offload-arch=gfx950" in gfx.extra_cuda_cflags
-    # The key covers the folders of the module's targets, and only those: an sm90 edit does not
-    # rebuild a CPU-only module.
+    # The CPU module's key covers its folders, and only those: an sm90 edit does not rebuild it.
     csrc = core.build_config.csrc_dir()
-    hashed = core._hashed_files(cpu)
+    hashed = cache_key.hashed_files(cpu)
     for folder in core.build_config.COMMON_SOURCE_DIRS:
         assert all(os.fspath(p) in hashed for p in (csrc / folder).rglob("*") if p.is_file()), folder
     assert not any("/sm90/" in p or "/gfx950/" in p for p in hashed)
-    assert any("/sm90/" in p for p in core._hashed_files(sm90))
+    assert any("/sm90/" in p for p in cache_key.hashed_files(sm90))
+    # A header a GPU module includes is in its key.
+    assert os.fspath(csrc / "sm90" / "kernel.cuh") in cache_key.hashed_files(sm90)
     monkeypatch.setenv("AITER_JIT_EXTRA_CUDA_CFLAGS", "-DAITER_SOMETHING")
-    assert core.cache_key(core.module_spec(("cpu", "sm90"))) != core.cache_key(sm90)
-    assert core.module_spec(("cpu", "sm90")).extra_cuda_cflags[-1] == "-DAITER_SOMETHING"
+    assert core.cache_key(core.family_spec("prefill", "sm90")) != core.cache_key(sm90)
+    assert core.family_spec("prefill", "sm90").extra_cuda_cflags[-1] == "-DAITER_SOMETHING"
+    assert core.cache_key(core.module_spec()) == core.cache_key(cpu)  # the CPU module has no GPU compile
 
 
 def test_cpu_simd_variants_are_in_the_sources_flags_and_key(monkeypatch):
@@ -434,27 +436,27 @@ def test_key_covers_the_toolchain(tmp_path, monkeypatch):
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
     for env in ("CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH"):
         monkeypatch.delenv(env, raising=False)
-    real_version = core._tool_version
-    cpu, sm90 = core.module_spec(("cpu",)), core.module_spec(("cpu", "sm90"))
-    assert set(core.toolchain_identity(cpu)) == {"cxx"}  # a CPU build does not ask nvcc
-    ident = core.toolchain_identity(sm90)
+    real_version = toolchain.tool_version
+    cpu, sm90 = core.module_spec(("cpu",)), core.family_spec("paged", "sm90")
+    assert set(toolchain.toolchain_identity(cpu.targets)) == {"cxx"}  # a CPU build does not ask nvcc
+    ident = toolchain.toolchain_identity(sm90.targets)
     assert set(ident) == {"cxx", "sm90"} and os.path.basename(ident["sm90"][0]) == "nvcc"
-    assert core.cache_key(sm90) == core.cache_key(core.module_spec(("cpu", "sm90")))
+    assert core.cache_key(sm90) == core.cache_key(core.family_spec("paged", "sm90"))
 
     def versions(nvcc: str):
         return lambda path: nvcc if path.endswith("nvcc") else "g++ (Debian 12.2.0) 12.2.0"
 
-    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.0"))
+    monkeypatch.setattr(toolchain, "tool_version", versions("Cuda compilation tools, release 13.0"))
     before_upgrade = core.cache_key(sm90)
-    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.1"))
+    monkeypatch.setattr(toolchain, "tool_version", versions("Cuda compilation tools, release 13.1"))
     assert core.cache_key(sm90) != before_upgrade  # same nvcc path, new toolkit: a new build
     cpu_key = core.cache_key(cpu)
-    monkeypatch.setattr(core, "_tool_version", versions("Cuda compilation tools, release 13.2"))
+    monkeypatch.setattr(toolchain, "tool_version", versions("Cuda compilation tools, release 13.2"))
     assert core.cache_key(cpu) == cpu_key  # the CPU module does not depend on nvcc
     monkeypatch.setenv("CUDA_HOME", os.fspath(tmp_path))
-    assert core._gpu_compiler("sm90") == os.path.join(os.fspath(tmp_path), "bin", "nvcc")
+    assert toolchain.gpu_compiler("sm90") == os.path.join(os.fspath(tmp_path), "bin", "nvcc")
     monkeypatch.setenv("ROCM_PATH", os.fspath(tmp_path))
-    assert core._gpu_compiler("gfx950") == os.path.join(os.fspath(tmp_path), "bin", "hipcc")
+    assert toolchain.gpu_compiler("gfx950") == os.path.join(os.fspath(tmp_path), "bin", "hipcc")
     assert real_version(os.fspath(tmp_path / "no-such-compiler")).startswith("unavailable")
 
 
@@ -470,40 +472,50 @@ def test_targets_override_and_jobs(monkeypatch):
     if not torch.cuda.is_available():
         assert core.detect_targets() == ("cpu",)
     spec = core.module_spec(("cpu",))
-    assert 1 <= core._max_jobs(spec) <= len(spec.sources)
+    assert 1 <= build.max_jobs(spec) <= len(spec.sources)
 
 
 def test_aot_build_is_used_only_when_it_matches(tmp_path, monkeypatch):
     monkeypatch.delenv("AITER_JIT_IGNORE_AOT", raising=False)
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    # The CPU module's AOT image holds every CPU SIMD variant (wheels move between machines).
+    cpu = core.module_spec(cpu_simd=core.build_config.CPU_SIMD_VARIANTS)
+    prefill = core.family_spec("prefill", "sm90")
     library = tmp_path / (core.build_config.MODULE_NAME + suffix)
     library.write_bytes(b"")  # only its presence matters to the lookup
-    assert core._prebuilt(("cpu",), tmp_path) is None  # no metadata: not an AOT build
-    # The AOT image holds every CPU SIMD variant (wheels move between machines).
-    every_variant = core.build_config.CPU_SIMD_VARIANTS
-    meta = {"targets": ["cpu"], "fingerprint": core.aot_fingerprint(core.module_spec(("cpu",), every_variant))}
+    assert aot.prebuilt(cpu, tmp_path) is None  # no metadata: not an AOT build
+    meta = {"targets": ["cpu"], "fingerprint": aot.aot_fingerprint(cpu)}
     (tmp_path / core.AOT_META).write_text(json.dumps(meta))
-    assert core._prebuilt(("cpu",), tmp_path) == library
-    assert core._prebuilt(("cpu", "sm90"), tmp_path) is None  # does not cover the GPU
+    assert aot.prebuilt(cpu, tmp_path) == library
+    assert aot.prebuilt(prefill, tmp_path) is None  # each module has its own library and metadata
+    (tmp_path / (prefill.name + suffix)).write_bytes(b"")
+    (tmp_path / aot.aot_meta_name(prefill.name)).write_text(json.dumps(
+        {"targets": ["sm90"], "fingerprint": aot.aot_fingerprint(prefill)}))
+    assert aot.prebuilt(prefill, tmp_path) == tmp_path / (prefill.name + suffix)
+    (tmp_path / aot.aot_meta_name(prefill.name)).write_text(json.dumps(
+        {"targets": ["sm90"], "fingerprint": aot.aot_fingerprint(core.family_spec("paged", "sm90"))}))
+    assert aot.prebuilt(prefill, tmp_path) is None  # another family's sources
     monkeypatch.setenv("AITER_JIT_IGNORE_AOT", "1")
-    assert core._prebuilt(("cpu",), tmp_path) is None
+    assert aot.prebuilt(cpu, tmp_path) is None
     monkeypatch.delenv("AITER_JIT_IGNORE_AOT")
     stale = dict(meta, fingerprint=dict(meta["fingerprint"], sources="0" * 24))  # other sources
     (tmp_path / core.AOT_META).write_text(json.dumps(stale))
-    assert core._prebuilt(("cpu",), tmp_path) is None
+    assert aot.prebuilt(cpu, tmp_path) is None
     other_torch = dict(meta, fingerprint=dict(meta["fingerprint"], torch="0.0"))
     (tmp_path / core.AOT_META).write_text(json.dumps(other_torch))
-    assert core._prebuilt(("cpu",), tmp_path) is None
+    assert aot.prebuilt(cpu, tmp_path) is None
+    (tmp_path / core.AOT_META).write_text(json.dumps(dict(meta, targets=["cpu", "sm90"])))
+    assert aot.prebuilt(cpu, tmp_path) is None  # another module's targets
     (tmp_path / core.AOT_META).write_text(json.dumps(meta))
     monkeypatch.setenv("AITER_JIT_EXTRA_CFLAGS", "-DAITER_SOMETHING")  # asks for another build
-    assert core._prebuilt(("cpu",), tmp_path) is None
+    assert aot.prebuilt(core.module_spec(), tmp_path) is None
 
 
 def test_first_error_lines_pick_compiler_errors():
     log = "ninja: ...\n[1/2] c++ -c x.cpp\nFAILED: x.o\nx.cpp:3:1: error: expected ';'\nnote: fluff\n"
-    assert core.first_error_lines(log) == ["FAILED: x.o", "x.cpp:3:1: error: expected ';'"]
-    assert core.first_error_lines("nothing useful\nat all\n") == ["nothing useful", "at all"]
+    assert build.first_error_lines(log) == ["FAILED: x.o", "x.cpp:3:1: error: expected ';'"]
+    assert build.first_error_lines("nothing useful\nat all\n") == ["nothing useful", "at all"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -774,13 +786,21 @@ def _quoted_includes(path: Path, targets) -> list:
     return names
 
 
-@pytest.mark.parametrize("targets", [("cpu",), ("cpu", "sm90"), ("cpu", "gfx950")], ids="+".join)
-def test_every_include_of_a_target_lies_in_its_hashed_folders(targets):
-    """What the key hashes is all a build reads: every quoted #include reachable from the target's
-    sources resolves to a file in its source folders (else an edit there would load a stale build)."""
-    spec = core.module_spec(targets)
+ALL_MODULES = [("cpu", None)] + [(target, family) for family, target in module_specs.FAMILY_SOURCES]
+
+
+def _spec_of(target, family):
+    return core.module_spec() if target == "cpu" else core.family_spec(family, target)
+
+
+@pytest.mark.parametrize("target,family", ALL_MODULES, ids=lambda v: str(v))
+def test_every_include_of_a_module_lies_in_what_its_key_hashes(target, family):
+    """What the key hashes is all a build reads: every quoted #include reachable from the module's
+    sources resolves to a file its key hashes (else an edit there would load a stale build)."""
+    spec = _spec_of(target, family)
+    targets = ("cpu",) if target == "cpu" else ("cpu", target)
     csrc = Path(spec.root)
-    hashed = set(core._hashed_files(spec))
+    hashed = set(cache_key.hashed_files(spec))
     pending, seen = [Path(s) for s in spec.sources], set()
     while pending:
         path = pending.pop()
@@ -795,15 +815,14 @@ def test_every_include_of_a_target_lies_in_its_hashed_folders(targets):
             pending.append(found.resolve())
 
 
-def test_source_file_names_are_unique_per_module():
+@pytest.mark.parametrize("target,family", ALL_MODULES, ids=lambda v: str(v))
+def test_source_file_names_are_unique_per_module(target, family):
     """torch's ninja build names each object after its source's file name: two sources of one module
     with the same name (sm90/launcher.cu and sm90/paged/launcher.cu) make it fail with "multiple rules
     generate launcher.cuda.o"."""
     import collections
 
-    bc = core.build_config
-    names = bc.COMMON_SOURCES + bc.SM90_SOURCES + bc.GFX950_SOURCES
-    stems = collections.Counter(os.path.splitext(os.path.basename(n))[0] for n in names)
+    stems = collections.Counter(os.path.splitext(os.path.basename(n))[0] for n in _spec_of(target, family).sources)
     assert not [stem for stem, count in stems.items() if count > 1]
 
 

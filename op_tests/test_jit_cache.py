@@ -1,4 +1,4 @@
-"""The JIT cache's trust rules and its failure paths (aiter/jit/cache_dir.py, build_lock.py, core.py).
+"""The JIT cache's trust rules and its failure paths (aiter/jit/cache_dir.py, build_lock.py, build.py, load.py).
 
 No test here compiles: the build child is replaced by a fake that writes a log (and, where a test
 needs one, a library of made-up bytes), so each runs in well under a second. What must never happen
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from aiter.jit import build_lock, cache_dir, core
+from aiter.jit import build, build_lock, build_progress, cache_dir, cache_entry, cache_key, core, load, toolchain
 
 OTHER_UID = 65534
 IS_ROOT = os.geteuid() == 0
@@ -53,19 +53,19 @@ def cache(tmp_path, monkeypatch):
         calls[-1]["staged"] = staged
         log_path.write_text("[1/2] c++ -c tiny.cpp\ntiny.cpp:1:1: error: simulated failure\n")
         if library:
-            (work / core._library_name(spec_)).write_bytes(b"\x7fELF not really a library")
+            (work / cache_key.library_name(spec_)).write_bytes(b"\x7fELF not really a library")
             return 0
         return rc
 
-    monkeypatch.setattr(core, "_run_build_child", fake_child)
+    monkeypatch.setattr(build, "run_build_child", fake_child)
     imports = []
-    real_import = core._import_library
+    real_import = load.import_library
 
     def recording_import(name, path, trusted=False):
         imports.append(os.fspath(path))
         return real_import(name, path, trusted)
 
-    monkeypatch.setattr(core, "_import_library", recording_import)
+    monkeypatch.setattr(load, "import_library", recording_import)
 
     class Cache:
         pass
@@ -82,10 +82,10 @@ def cache(tmp_path, monkeypatch):
 def _plant_entry(entry: Path, spec) -> Path:
     """A key folder whose library matches its build.json (size and sha256 are no secret)."""
     entry.mkdir(parents=True, exist_ok=True)
-    library = entry / core._library_name(spec)
+    library = entry / cache_key.library_name(spec)
     library.write_bytes(b"\x7fELF planted code")
-    meta = {"key": entry.name, "targets": ["cpu"], "library": core.library_record(library)}
-    (entry / core.ENTRY_META).write_text(json.dumps(meta))
+    meta = {"key": entry.name, "targets": ["cpu"], "library": cache_entry.library_record(library)}
+    (entry / cache_entry.ENTRY_META).write_text(json.dumps(meta))
     return library
 
 
@@ -282,11 +282,11 @@ def test_folders_are_created_0700(cache, monkeypatch, where):
 
 
 def test_a_built_entry_is_private_and_checked_before_import(cache, monkeypatch):
-    monkeypatch.setattr(core, "_run_build_child",
+    monkeypatch.setattr(build, "run_build_child",
                         lambda *a: cache.fake_child(*a, library=True))
     with pytest.raises(core.JitBuildError, match="does not import in this one"):
         core.load_or_build(cache.spec)  # made-up bytes: it verifies, then fails to import
-    library = cache.entry / core._library_name(cache.spec)
+    library = cache.entry / cache_key.library_name(cache.spec)
     assert stat.S_IMODE(cache.entry.stat().st_mode) == 0o700
     assert not stat.S_IMODE(library.stat().st_mode) & 0o022
     assert cache.imports == [os.fspath(library)]
@@ -367,7 +367,7 @@ def _inject(monkeypatch, cache, point: str):
         def mkdtemp(*a, **k):
             raise _enospc(os.fspath(k.get("dir", "")))
 
-        monkeypatch.setattr(core.tempfile, "mkdtemp", mkdtemp)
+        monkeypatch.setattr(build.tempfile, "mkdtemp", mkdtemp)
         return os.fspath(cache.module_dir)
     if point == "job-file":
         real = Path.write_text
@@ -380,16 +380,16 @@ def _inject(monkeypatch, cache, point: str):
         monkeypatch.setattr(Path, "write_text", write_text)
         return "job.json"
     if point == "install":
-        monkeypatch.setattr(core, "_run_build_child", lambda *a: cache.fake_child(*a, library=True))
+        monkeypatch.setattr(build, "run_build_child", lambda *a: cache.fake_child(*a, library=True))
         real = Path.write_text
 
         def write_text(self, *a, **k):
-            if self.name == core.ENTRY_META:
+            if self.name == cache_entry.ENTRY_META:
                 raise _enospc(os.fspath(self))
             return real(self, *a, **k)
 
         monkeypatch.setattr(Path, "write_text", write_text)
-        return core.ENTRY_META
+        return cache_entry.ENTRY_META
     if point == "failed-log":
         real = cache_dir.tempfile.mkstemp
 
@@ -415,24 +415,48 @@ def test_build_failure_on_a_full_disk_names_the_path_and_leaves_nothing(cache, m
         assert _open_fds() == fds
     left = sorted(p.name for p in cache.module_dir.iterdir())
     assert all(name.startswith("failed-") for name in left), left  # no temp dir, no lock
-    assert not list(Path(core.tempfile.gettempdir()).glob(f"aiter-jit-{cache.key}-*"))
+    assert not list(Path(build.tempfile.gettempdir()).glob(f"aiter-jit-{cache.key}-*"))
 
 
 def test_cpu_build_stages_only_the_folders_it_hashes(cache, monkeypatch):
     monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
-    for targets, expected in [(("cpu",), {"binding", "common", "cpu"}),
-                              (("cpu", "sm90"), {"binding", "common", "cpu", "sm90"})]:
-        cache.calls.clear()
-        spec = core.module_spec(targets)
-        monkeypatch.setattr(core, "toolchain_identity", lambda s: {})  # no nvcc needed to stage
-        with pytest.raises(core.JitBuildError, match="simulated failure"):
-            core.load_or_build(spec)
-        staged = cache.calls[-1]["staged"]
-        assert {p.split("/")[0] for p in staged} == expected
-        csrc = Path(spec.root)
-        for folder in expected:
-            assert {p for p in staged if p.split("/")[0] == folder} == {folder} | {
-                os.fspath(p.relative_to(csrc)) for p in (csrc / folder).rglob("*")}
+    cache.calls.clear()
+    spec = core.module_spec()
+    with pytest.raises(core.JitBuildError, match="simulated failure"):
+        core.load_or_build(spec)
+    staged = cache.calls[-1]["staged"]
+    expected = {"binding", "common", "cpu"}
+    assert {p.split("/")[0] for p in staged} == expected
+    csrc = Path(spec.root)
+    for folder in expected:
+        assert {p for p in staged if p.split("/")[0] == folder} == {folder} | {
+            os.fspath(p.relative_to(csrc)) for p in (csrc / folder).rglob("*")}
+
+
+# What another family's or target's module holds (path prefixes under csrc/).
+FORBIDDEN_IN = {
+    ("prefill", "sm90"): ("sm90/paged/", "sm90/topk/", "gfx950/"),
+    ("paged", "sm90"): ("sm90/instances/", "sm90/launcher.cu", "sm90/topk/", "gfx950/"),
+    ("topk", "sm90"): ("sm90/instances/", "sm90/launcher.cu", "sm90/paged/", "gfx950/"),
+    ("prefill", "gfx950"): ("sm90/",),
+}
+
+
+@pytest.mark.parametrize("family,target", sorted(FORBIDDEN_IN))
+def test_gpu_family_build_stages_only_what_its_key_hashes(cache, monkeypatch, family, target):
+    """A GPU module's build copies its sources and the files they include, nothing of another
+    family or target: what it stages is what its key hashes."""
+    monkeypatch.delenv("AITER_JIT_EXTRA_CFLAGS", raising=False)
+    monkeypatch.setattr(toolchain, "toolchain_identity", lambda targets: {})  # no nvcc needed to stage
+    cache.calls.clear()
+    spec = core.family_spec(family, target)
+    with pytest.raises(core.JitBuildError, match="simulated failure"):
+        core.load_or_build(spec)
+    csrc = Path(spec.root)
+    staged = {p for p in cache.calls[-1]["staged"] if (csrc / p).is_file()}
+    assert staged == {os.fspath(Path(p).relative_to(csrc)) for p in cache_key.hashed_files(spec)}
+    forbidden = FORBIDDEN_IN[(family, target)] + ("cpu/",)  # no CPU kernel in a GPU module
+    assert not [p for p in staged if p.startswith(forbidden)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -446,8 +470,8 @@ def test_env_flags_are_split_as_words_and_never_run(monkeypatch):
     spec = core.module_spec(("cpu",))
     assert spec.extra_cflags[-2:] == ("-O1", flag)
     # In build.ninja: one shell word, '$' doubled for ninja.
-    assert core._build_arg(flag) == "'" + flag.replace("$", "$$") + "'"
-    assert core._build_arg("-O3") == "-O3"
+    assert toolchain.build_arg(flag) == "'" + flag.replace("$", "$$") + "'"
+    assert toolchain.build_arg("-O3") == "-O3"
     monkeypatch.setenv("AITER_JIT_EXTRA_CFLAGS", "-DX='unclosed")
     with pytest.raises(core.JitBuildError, match="AITER_JIT_EXTRA_CFLAGS cannot be split"):
         core.module_spec(("cpu",))
@@ -463,17 +487,17 @@ def test_env_flags_are_split_as_words_and_never_run(monkeypatch):
 
 def test_progress_line_reads_ninja_status():
     spec = core.module_spec(("cpu",))
-    assert core.progress_line(spec, b"", 3.2) == "aiter: module_fp8_mqa_logits for cpu: preparing, 3 s"
+    assert build_progress.progress_line(spec, b"", 3.2) == "aiter: module_fp8_mqa_logits for cpu: preparing, 3 s"
     log = b"[0/6] c++ a.cpp\n[1/6] c++ b.cpp\nwarning: x\n[3/6] c++ c.cpp\n"
-    assert core.progress_line(spec, log, 42.4) == \
+    assert build_progress.progress_line(spec, log, 42.4) == \
         "aiter: module_fp8_mqa_logits for cpu: 3/6 build steps done, 42 s"
-    assert core.progress_line(spec, b"", 9.0, total=6) == "aiter: module_fp8_mqa_logits for cpu: 0/6 build steps done, 9 s"
+    assert build_progress.progress_line(spec, b"", 9.0, total=6) == "aiter: module_fp8_mqa_logits for cpu: 0/6 build steps done, 9 s"
 
 
 def test_build_message_counts_units_and_cites_only_a_measured_time(cache, capsys):
-    message = core._build_message(cache.spec, cache.module_dir)
+    message = build.build_message(cache.spec, cache.module_dir)
     assert "1 translation unit to compile;" in message and "about" not in message and " took " not in message
     old = cache.module_dir / ("0" * 24)
     old.mkdir(parents=True)
-    (old / core.ENTRY_META).write_text(json.dumps({"targets": ["cpu"], "seconds": 193.4, "built_at": "x"}))
-    assert "its last build here took 193 s" in core._build_message(cache.spec, cache.module_dir)
+    (old / cache_entry.ENTRY_META).write_text(json.dumps({"targets": ["cpu"], "seconds": 193.4, "built_at": "x"}))
+    assert "its last build here took 193 s" in build.build_message(cache.spec, cache.module_dir)

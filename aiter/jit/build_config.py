@@ -1,4 +1,5 @@
-"""What module_fp8_mqa_logits is built from, per target, and with which flags.
+"""What the JIT modules are built from, per target, and with which flags (module_specs.py splits the
+GPU sources into one module per op family).
 
 The single source of truth for the JIT builder, the ahead-of-time build in setup.py and the ISA
 checker (``python -m dev.isa.check``), so that what CI checks is what users run.
@@ -117,6 +118,7 @@ _SM90 = read_capabilities("sm90")
 _GFX950 = read_capabilities("gfx950")
 # sm90: the instance files are by position in the table (heads_slot_<i>.cu holds kServedHeads[i]).
 SM90_SOURCES = (
+    "sm90/device.cu",
     "sm90/launcher.cu",
     *(f"sm90/instances/heads_slot_{i}.cu" for i in range(len(_SM90["kServedHeads"]))),
     "sm90/paged/paged_launcher.cu",

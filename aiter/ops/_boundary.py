@@ -279,11 +279,14 @@ def new_logits(like, rows, cols, dtype, row_multiple):
 
 @dataclass(frozen=True)
 class Native:
-    """The native op an op calls: its name, and the values of the native arguments the op does not
-    have, by native position (the op's own arguments fill the others in order). A ``ScalarType?``
-    argument passes as its binding name (:func:`logits_dtype_name`)."""
+    """The native op an op calls: its name, its op family (which GPU module holds its kernels:
+    aiter/jit/module_specs.py), the op argument whose device picks that module, and the values of the
+    native arguments the op does not have, by native position (the op's own arguments fill the
+    others in order). A ``ScalarType?`` argument passes as its binding name (:func:`logits_dtype_name`)."""
 
     name: str
+    family: str
+    device_of: str
     fixed: dict[int, Any] = field(default_factory=dict)
 
 
@@ -378,7 +381,8 @@ def kernel_source(op: Op) -> str:
     for position in sorted(op.native.fixed):
         native_args.insert(position, f"_fixed[{position}]")
     lines = [f"def impl({sig}):",
-             f"    {returns}_native.ops().{op.native.name}.default({', '.join(native_args)})"]
+             f"    {returns}_native.ops({op.native.family!r}, {op.native.device_of}.device)"
+             f".{op.native.name}.default({', '.join(native_args)})"]
 
     lines.append(f"def autograd(keyset, {sig}):")
     if refused:

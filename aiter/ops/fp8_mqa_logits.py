@@ -133,11 +133,11 @@ def _out_fake(a):
 _FUNCTIONAL_OP = b.register(b.Op(
     "fp8_mqa_logits(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, Tensor cu_ends, "
     "bool clean_logits=True, int split_n=0, int max_seqlen_k=0, ScalarType? logits_dtype=None) -> Tensor",
-    native=b.Native("fp8_mqa_logits", fixed={7: None}), fake=_functional_fake, no_grad=_INPUT_NAMES[:4]))
+    native=b.Native("fp8_mqa_logits", "prefill", "q", fixed={7: None}), fake=_functional_fake, no_grad=_INPUT_NAMES[:4]))
 _OUT_OP = b.register(b.Op(
     "fp8_mqa_logits_out(Tensor q, Tensor kv, Tensor kv_scales, Tensor weights, Tensor cu_starts, Tensor cu_ends, "
     "bool clean_logits, Tensor(a!) out, int split_n=0, int max_seqlen_k=0) -> ()",
-    native=b.Native("fp8_mqa_logits", fixed={10: ""}), fake=_out_fake, no_grad=_INPUT_NAMES[:4],
+    native=b.Native("fp8_mqa_logits", "prefill", "q", fixed={10: ""}), fake=_out_fake, no_grad=_INPUT_NAMES[:4],
     label="fp8_mqa_logits"))
 
 

@@ -155,12 +155,12 @@ def _logits_fake(a):
 
 _METADATA_OP = b.register(b.Op(
     "get_paged_mqa_logits_metadata(Tensor context_lens, int block_kv, int num_sms) -> Tensor",
-    native=b.Native("get_paged_mqa_logits_metadata"), fake=_metadata_fake))
+    native=b.Native("get_paged_mqa_logits_metadata", "paged", "context_lens"), fake=_metadata_fake))
 # The binding takes the logits dtype by name.
 _LOGITS_OP = b.register(b.Op(
     "fp8_paged_mqa_logits(Tensor q, Tensor kv_cache, Tensor weights, Tensor context_lens, Tensor block_table, "
     "Tensor schedule_meta, int max_context_len, bool clean_logits=False, ScalarType? logits_dtype=None) -> Tensor",
-    native=b.Native("fp8_paged_mqa_logits"), fake=_logits_fake, no_grad=("q", "weights")))
+    native=b.Native("fp8_paged_mqa_logits", "paged", "q"), fake=_logits_fake, no_grad=("q", "weights")))
 
 
 # ---- the Python entries -----------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def check_block_table(device=None):
         dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cpu":
         return None
-    native.ops().check_paged_block_table.default(str(dev))
+    native.ops("paged", dev).check_paged_block_table.default(str(dev))
     return None
 
 

@@ -36,12 +36,12 @@ MAX_K = 4096
 _PREFILL_OP = b.register(b.Op(
     "top_k_per_row_prefill(Tensor logits, Tensor rowStarts, Tensor rowEnds, Tensor(a!) indices, Tensor(b!)? values, "
     "int numRows, int stride0, int stride1, int k) -> ()",
-    native=b.Native("top_k_per_row_prefill"), fake=lambda a: None))
+    native=b.Native("top_k_per_row_prefill", "topk", "logits"), fake=lambda a: None))
 # The native decode op takes values too (its argument 4); aiter's form has none.
 _DECODE_OP = b.register(b.Op(
     "top_k_per_row_decode(Tensor logits, int next_n, Tensor seqLens, Tensor(a!) indices, int numRows, int stride0, "
     "int stride1, int k) -> ()",
-    native=b.Native("top_k_per_row_decode", fixed={4: None}), fake=lambda a: None))
+    native=b.Native("top_k_per_row_decode", "topk", "logits", fixed={4: None}), fake=lambda a: None))
 
 
 def top_k_per_row_prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048,

@@ -1,6 +1,7 @@
 // The current stream of a GPU device, as the opaque handle the backends' launchers take. The handle
 // comes from torch's own vendor header (c10::Stream::native_handle is newer than the oldest torch this
-// package supports); nothing else in the bindings is vendor-specific.
+// package supports). Only the GPU family modules include it (binding/gpu_family_module.cpp, built for
+// one target); the CPU module's bindings take the stream from the entry they launch through.
 #pragma once
 #include <c10/core/Device.h>
 
@@ -19,7 +20,7 @@ inline void* current_stream(const at::Device& device) {
   return at::hip::getCurrentHIPStream(device.index()).stream();
 #else
   (void)device;
-  return nullptr;  // no GPU backend compiled: the bindings refuse GPU tensors before asking
+  return nullptr;  // no GPU target: nothing launches
 #endif
 }
 

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "binding/checks.h"
-#include "binding/current_stream.h"
 #include "binding/empty_tensor.h"
 #include "binding/gpu_backends.h"
 #include "binding/ops.h"
@@ -164,21 +163,20 @@ void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, co
                     kv.storage_offset(), "; pass kv.clone())");
 }
 
-// The compiled GPU backend that runs on q's device, or a NotImplementedError saying why none does.
+// The attached GPU backend that runs on q's device, or a NotImplementedError saying why none does.
 const aiter::GpuBackend& backend_for(const at::Device& device) {
   const auto& table = aiter::gpu_backends();
-  TORCH_CHECK_NOT_IMPLEMENTED(!table.empty(), AITER_OP, "q is on ", device,
-                              " but module_fp8_mqa_logits was built without a GPU backend "
-                              "(compiled: cpu); rebuild it on a machine with the CUDA toolkit "
-                              "(sm_90a) or ROCm (gfx950), or pass CPU tensors");
+  const int count = table.size();
+  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, AITER_OP, "q is on ", device, ", but ", aiter::kNoGpuBackendHint,
+                              "; pass CPU tensors");
   std::string why_not;
-  for (const aiter::GpuBackend& backend : table) {
-    const char* mismatch = backend.check_device(device.index());
-    if (mismatch == nullptr) return backend;
+  for (int i = 0; i < count; ++i) {
+    const char* mismatch = table[i].check_device(device.index());
+    if (mismatch == nullptr) return table[i];
     why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, AITER_OP, "no kernel for ", device, ": ", why_not, "; use CPU tensors");
-  return table.front();  // unreachable: the check above throws
+  return table[0];  // unreachable: the check above throws
 }
 
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,
@@ -343,7 +341,7 @@ at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::T
         workspace_bytes > 0 ? aiter::empty_tensor({static_cast<int64_t>(workspace_bytes)}, q.options().dtype(at::kByte))
                             : at::Tensor();
     const char* err = gpu_backend->launch(p, split_n, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
-                                          device.index(), aiter::current_stream(device));
+                                          device.index(), gpu_backend->current_stream(device.index()));
     TORCH_CHECK(err == nullptr, AITER_OP, gpu_backend->name, " launch failed on ", device, ": ", err);
   }
   return result;
@@ -353,7 +351,14 @@ std::string cpu_simd_variant() { return aiter::fp8_mqa_logits_cpu_variant(); }
 
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> names{"cpu"};
-  for (const aiter::GpuBackend& backend : aiter::gpu_backends()) names.emplace_back(backend.name);
+  const auto add = [&names](const char* name) {
+    for (const std::string& known : names)
+      if (known == name) return;
+    names.emplace_back(name);
+  };
+  for (int i = 0; i < aiter::gpu_backends().size(); ++i) add(aiter::gpu_backends()[i].name);
+  for (int i = 0; i < aiter::paged_gpu_backends().size(); ++i) add(aiter::paged_gpu_backends()[i].name);
+  for (int i = 0; i < aiter::topk_gpu_backends().size(); ++i) add(aiter::topk_gpu_backends()[i].name);
   return names;
 }
 

@@ -10,8 +10,8 @@
 // This file only validates the arguments against the contract (docs/operator.md, "The decode op"),
 // fills aiter::Fp8PagedMqaLogitsParams (every tensor's layout is at the top of
 // common/fp8_paged_mqa_logits_params.h) and hands them to the CPU path or to the paged kernel of the
-// tensors' GPU (paged_gpu_backends.h: sm90; another GPU is a NotImplementedError naming the
-// backends compiled without one). Errors name the argument: TypeError for a dtype, ValueError for a
+// tensors' GPU (the attached entries of gpu_backends.h: sm90; another GPU is a NotImplementedError
+// saying which backends have a paged kernel). Errors name the argument: TypeError for a dtype, ValueError for a
 // rank, shape, stride, size, a logits size beyond 2^48 bytes, or a block_table entry a row needs that
 // is no block of kv_cache (the backends check each entry where they read it: the CPU path refuses
 // the call after its kernel, a GPU kernel records the entry and a later call or check_block_table
@@ -28,11 +28,9 @@
 #include <string>
 
 #include "binding/checks.h"
-#include "binding/current_stream.h"
 #include "binding/empty_tensor.h"
 #include "binding/gpu_backends.h"
 #include "binding/ops.h"
-#include "binding/paged_gpu_backends.h"
 #include "common/fp8_paged_mqa_logits_params.h"
 #include "common/work_scheduler.h"
 #include "cpu/fp8_paged_mqa_logits_cpu.h"
@@ -58,28 +56,21 @@ bool check_context_lens_rank(const char* op, const at::Tensor& context_lens) {
   return context_lens.dim() == 2;
 }
 
-std::string compiled_gpu_names() {
-  std::string names = "cpu";
-  for (const aiter::GpuBackend& backend : aiter::gpu_backends()) names += std::string(", ") + backend.name;
-  return names;
-}
-
-// The compiled GPU backend with a paged kernel that runs on `device`, or a NotImplementedError naming
+// The attached GPU backend with a paged kernel that runs on `device`, or a NotImplementedError naming
 // what is missing. `first_name` is the argument whose device decides (q, or context_lens).
 const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* first_name, const at::Device& device) {
   const auto& table = aiter::paged_gpu_backends();
-  TORCH_CHECK_NOT_IMPLEMENTED(!table.empty(), op, first_name, " is on ", device,
-                              ", but no GPU backend of this build of module_fp8_mqa_logits has a paged decode "
-                              "kernel (compiled: ",
-                              compiled_gpu_names(), "; sm90 has one, gfx950 not yet); pass CPU tensors");
+  const int count = table.size();
+  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, first_name, " is on ", device, ", but ", aiter::kNoGpuBackendHint,
+                              " (a paged decode kernel exists for sm90, not yet for gfx950); pass CPU tensors");
   std::string why_not;
-  for (const aiter::PagedGpuBackend& backend : table) {
-    const char* mismatch = backend.check_device(device.index());
-    if (mismatch == nullptr) return backend;
+  for (int i = 0; i < count; ++i) {
+    const char* mismatch = table[i].check_device(device.index());
+    if (mismatch == nullptr) return table[i];
     why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, op, "no paged kernel for ", device, ": ", why_not, "; use CPU tensors");
-  return table.front();  // unreachable: the check above throws
+  return table[0];  // unreachable: the check above throws
 }
 
 // The most bytes a logits tensor the op allocates may take: 2^48 (256 TiB), beyond any device's
@@ -150,7 +141,8 @@ void refuse_recorded_bad_block(const char* op, const aiter::PagedBlockTableFault
 void check_recorded_bad_block(const char* op, const aiter::PagedGpuBackend& backend, const at::Device& device,
                               bool wait) {
   aiter::PagedBlockTableFault fault{};
-  const char* err = backend.take_block_table_fault(device.index(), aiter::current_stream(device), wait, &fault);
+  const char* err =
+      backend.take_block_table_fault(device.index(), backend.current_stream(device.index()), wait, &fault);
   TORCH_CHECK(err == nullptr, op, backend.name, " failed on ", device, ": ", err);
   if (fault.found != 0) refuse_recorded_bad_block(op, fault, device);
 }
@@ -189,7 +181,7 @@ at::Tensor get_paged_mqa_logits_metadata(const at::Tensor& context_lens, int64_t
   } else {
     const char* err = backend->metadata(context_lens.data_ptr<int32_t>(), batches, next_n, lens_per_row, block_kv,
                                         num_sms, schedule_meta.data_ptr<int32_t>(), device.index(),
-                                        aiter::current_stream(device));
+                                        backend->current_stream(device.index()));
     TORCH_CHECK(err == nullptr, kMetadataOp, backend->name, " launch failed on ", device, ": ", err);
   }
   return schedule_meta;
@@ -333,7 +325,7 @@ at::Tensor fp8_paged_mqa_logits(const at::Tensor& q, const at::Tensor& kv_cache,
     const aiter::PagedBlockTableFault fault = aiter::fp8_paged_mqa_logits_cpu(p);
     if (fault.found != 0) refuse_bad_block(p, fault);
   } else {
-    const char* err = backend->launch(p, device.index(), aiter::current_stream(device));
+    const char* err = backend->launch(p, device.index(), backend->current_stream(device.index()));
     TORCH_CHECK(err == nullptr, kOp, backend->name, " launch failed on ", device, ": ", err);
   }
   return result;

@@ -7,9 +7,9 @@
 // This file only validates the arguments (errors name them: TypeError for a dtype, ValueError for a
 // rank, size, stride or value, NotImplementedError for a device without a top-k kernel, RuntimeError for
 // mixed devices), fills aiter::TopkPerRowParams (common/indexer_topk_params.h states the windows and
-// the order) and hands them to the CPU path or to the GPU kernel of the tensors' device (sm90; a gfx950
-// GPU is refused by name). The fused indexer ops (aiter/ops/indexer_topk.py) call these on bounded
-// chunks of the logits.
+// the order) and hands them to the CPU path or to the attached GPU top-k kernel of the tensors' device
+// (gpu_backends.h: sm90; a gfx950 GPU is refused by name). The fused indexer ops
+// (aiter/ops/indexer_topk.py) call these on bounded chunks of the logits.
 #include <ATen/core/Tensor.h>
 
 #include <c10/core/DeviceGuard.h>
@@ -20,15 +20,10 @@
 #include <string>
 
 #include "binding/checks.h"
-#include "binding/current_stream.h"
+#include "binding/gpu_backends.h"
 #include "binding/ops.h"
 #include "common/indexer_topk_params.h"
 #include "cpu/indexer_topk_cpu.h"
-
-#ifdef AITER_WITH_SM90
-#include "sm90/launcher.h"
-#include "sm90/topk/launcher.h"
-#endif
 
 namespace {
 
@@ -111,21 +106,25 @@ void run(const char* op, const aiter::TopkPerRowParams& p, const at::Device& dev
     aiter::top_k_per_row_cpu(p);
     return;
   }
-#ifdef AITER_WITH_SM90
-  const char* mismatch = aiter::sm90::check_device(device.index());
-  if (mismatch == nullptr) {
+  const auto& table = aiter::topk_gpu_backends();
+  const int count = table.size();
+  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, "logits is on ", device, ", but ", aiter::kNoGpuBackendHint,
+                              " (a top-k kernel exists for sm90, not yet for gfx950); pass CPU tensors");
+  std::string why_not;
+  for (int i = 0; i < count; ++i) {
+    const aiter::TopkGpuBackend& backend = table[i];
+    const char* mismatch = backend.check_device(device.index());
+    if (mismatch != nullptr) {
+      why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
+      continue;
+    }
     const c10::DeviceGuard guard(device);
-    const char* err = aiter::sm90::topk::launch(p, device.index(), aiter::current_stream(device));
-    TORCH_CHECK(err == nullptr, op, "sm90 launch failed on ", device, ": ", err);
+    const char* err = backend.launch(p, device.index(), backend.current_stream(device.index()));
+    TORCH_CHECK(err == nullptr, op, backend.name, " launch failed on ", device, ": ", err);
     return;
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, op, "no top-k kernel for ", device, ": ", mismatch,
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op, "no top-k kernel for ", device, ": ", why_not,
                               " (gfx950 has no top-k kernel yet); use CPU tensors");
-#else
-  TORCH_CHECK_NOT_IMPLEMENTED(false, op, "logits is on ", device,
-                              ", but this build of module_fp8_mqa_logits has no GPU top-k kernel (sm90 has one; "
-                              "gfx950 has none yet); pass CPU tensors");
-#endif
 }
 
 }  // namespace

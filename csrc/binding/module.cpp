@@ -1,18 +1,24 @@
-// module_fp8_mqa_logits: the library every native op of this package lives in (built by aiter/jit).
+// module_fp8_mqa_logits: the CPU module, the library every native op of this package lives in (built
+// by aiter/jit, always the first one loaded).
 //
 // Importing it (a plain Python extension module, so that importlib and torch's cpp_extension load it
 // as before) registers the ops of binding/ops.h with torch's dispatcher; Python calls them as
 // torch.ops.<ops_namespace>.<name> (aiter/ops/native.py), where `ops_namespace` is an attribute of
-// this module. This file is the only one that includes torch's registration header: the binding
-// files include ATen's Tensor alone, and nothing here uses pybind11.
+// this module. The ops validate every call and run CPU tensors here; a GPU call runs through the
+// entry of its op family that a GPU module attached (attach_gpu_family below, binding/gpu_backends.h),
+// so each GPU module holds one family's kernels and is built only when a call needs it. This file is
+// the only one that includes torch's registration header: the binding files include ATen's Tensor
+// alone, and nothing here uses pybind11.
 #include <Python.h>
 
 #include <torch/library.h>
 
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
 
+#include "binding/gpu_backends.h"
 #include "binding/ops.h"
 
 namespace {
@@ -61,16 +67,70 @@ std::string register_ops() {
   }
 }
 
+// attach_gpu_family(capsule): adds the entry of a family's GPU module (its `gpu_family` attribute) to
+// the registry its bindings read. A capsule of another layout of gpu_backends.h's structs is refused:
+// calling through it would read the wrong fields.
+PyObject* attach_gpu_family(PyObject*, PyObject* capsule) {
+  const auto* family = static_cast<const aiter::GpuFamily*>(PyCapsule_GetPointer(capsule, aiter::kGpuFamilyCapsule));
+  if (family == nullptr) return nullptr;  // not a capsule of that name: PyCapsule_GetPointer set the error
+  const uint32_t sizes[4] = {sizeof(aiter::GpuFamily), sizeof(aiter::GpuBackend), sizeof(aiter::PagedGpuBackend),
+                             sizeof(aiter::TopkGpuBackend)};
+  if (family->layout != aiter::kGpuFamilyLayout || std::memcmp(family->struct_sizes, sizes, sizeof(sizes)) != 0) {
+    PyErr_Format(PyExc_ImportError,
+                 "%s: the GPU module of %s/%s was built against another layout of binding/gpu_backends.h "
+                 "(layout %u, this module's %u); rebuild both from one source tree",
+                 C10_STRINGIZE(TORCH_EXTENSION_NAME), family->target, family->family,
+                 static_cast<unsigned>(family->layout), static_cast<unsigned>(aiter::kGpuFamilyLayout));
+    return nullptr;
+  }
+  const bool added = (family->prefill == nullptr || aiter::gpu_backends().add(family->prefill)) &&
+                     (family->paged == nullptr || aiter::paged_gpu_backends().add(family->paged)) &&
+                     (family->topk == nullptr || aiter::topk_gpu_backends().add(family->topk));
+  if (!added) {
+    PyErr_Format(PyExc_RuntimeError, "%s: no room for the GPU module of %s/%s (%d entries per family at most)",
+                 C10_STRINGIZE(TORCH_EXTENSION_NAME), family->target, family->family,
+                 aiter::BackendRegistry<aiter::GpuBackend>::kCapacity);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_methods[] = {
+    {"attach_gpu_family", attach_gpu_family, METH_O,
+     "attach_gpu_family(capsule): route this module's GPU calls of one op family to the GPU module whose "
+     "`gpu_family` capsule this is."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     C10_STRINGIZE(TORCH_EXTENSION_NAME),
     "The DeepSeek-V3.2 / GLM-5 lightning-indexer logits (fp8 Q and K): prefill (fp8_mqa_logits) and decode over "
     "a paged K cache (fp8_paged_mqa_logits). Importing it registers the ops as torch.ops.<ops_namespace>.*.",
     -1,
-    nullptr,
+    module_methods,
 };
 
 }  // namespace
+
+namespace aiter {
+
+// One registry per family for this copy of the library: a second copy (another namespace) has its
+// own, so GPU modules are attached to each copy that uses them.
+BackendRegistry<GpuBackend>& gpu_backends() {
+  static BackendRegistry<GpuBackend> registry;
+  return registry;
+}
+BackendRegistry<PagedGpuBackend>& paged_gpu_backends() {
+  static BackendRegistry<PagedGpuBackend> registry;
+  return registry;
+}
+BackendRegistry<TopkGpuBackend>& topk_gpu_backends() {
+  static BackendRegistry<TopkGpuBackend> registry;
+  return registry;
+}
+
+}  // namespace aiter
 
 #define AITER_MODULE_INIT_NAME(name) C10_CONCATENATE(PyInit_, name)
 

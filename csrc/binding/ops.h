@@ -1,6 +1,6 @@
 // The functions behind module_fp8_mqa_logits's native ops, one binding file per op family;
-// module.cpp registers each with torch's dispatcher under its schema (kOps there): an op added here
-// gets its schema there. Declaring them needs ATen's Tensor only, so a binding file does not parse
+// module.cpp registers each with torch's dispatcher under its schema (define_ops there): an op added
+// here gets its schema there. Declaring them needs ATen's Tensor only, so a binding file does not parse
 // torch's registration templates.
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -12,7 +12,8 @@
 namespace aiter {
 
 // fp8_mqa_logits_binding.cpp: the prefill op (writes `out` when given, else returns a new tensor),
-// the SIMD variant its CPU path runs here, and the backends this build holds ("cpu", "sm90", ...).
+// the SIMD variant its CPU path runs here, and the backends loaded in this process ("cpu", then each
+// target whose GPU module has been attached: "sm90", ...).
 at::Tensor fp8_mqa_logits(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& kv_scales,
                           const at::Tensor& weights, const at::Tensor& cu_starts, const at::Tensor& cu_ends,
                           bool clean_logits, const c10::optional<at::Tensor>& out, int64_t split_n,

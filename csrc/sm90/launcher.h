@@ -10,16 +10,11 @@
 #include <cstddef>
 
 #include "common/fp8_mqa_logits_params.h"
+#include "sm90/device.h"  // check_device, sm_count
 
 namespace aiter {
 namespace sm90 {
 
-// nullptr when GPU `device_index` runs this backend (compute capability kComputeCapability), else a
-// static sentence saying what it runs on.
-const char* check_device(int device_index);
-// The GPU's SM count, queried once per device (the persistent grids have one CTA per SM); 0 when the
-// query fails.
-int sm_count(int device_index);
 // Bytes of device workspace a launch with these params needs (the plan, plan.cuh); the caller
 // allocates them on the device, stream-ordered, for the one launch. 0 when the shape is not served
 // (launch then says why).

@@ -15,7 +15,7 @@
 
 #include "sm90/capabilities.h"
 #include "sm90/cuda_errors.h"
-#include "sm90/launcher.h"
+#include "sm90/device.h"  // sm_count
 #include "sm90/paged/launch_instance.cuh"
 #include "sm90/paged/launcher.h"
 #include "sm90/paged/metadata.cuh"
