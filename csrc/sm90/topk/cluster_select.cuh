@@ -110,14 +110,24 @@ __device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
 __device__ __forceinline__ float value_of(float v) { return v; }
 __device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
 
-// Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin: the
-// keys of a row crowd into few bins, and same-address shared atomics serialise.
+// Adds 1 to hist[bin] for every lane of the warp whose bin is not 0, one atomic per distinct bin: the
+// keys of a row crowd into few bins, and same-address shared atomics serialise. The coarse pass: bin 0
+// is the bin of key 0 (NaN, -inf), which no choosable key shares (the smallest, -FLT_MAX, is in bin 8),
+// so no vote is needed to leave those lanes out.
+__device__ __forceinline__ void warp_count_nonzero(uint32_t* hist, uint32_t bin) {
+  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin);
+  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  if (bin != 0u && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+}
+
+// Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin; a warp
+// with no such lane (the fine passes: most hold no key of the fixed prefix) skips the match.
 __device__ __forceinline__ void warp_count(uint32_t* hist, uint32_t bin, bool count) {
   const uint32_t voters = __ballot_sync(0xFFFFFFFFu, count);
-  if (voters == 0u) return;  // the fine passes: most warps hold no key of the fixed prefix
+  if (voters == 0u) return;
   const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin) & voters;
-  const int lane = threadIdx.x & 31;
-  if (count && (__ffs(peers) - 1) == lane) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  if (count && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
 }
 
 // The keys of 16 staged bytes: 4 float32 or 8 bfloat16 logits, in column order.
@@ -343,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   __syncthreads();
 
   // ---- coarse: piece by piece as they land, then the unaligned head and tail ----
-  const auto count_coarse = [&](uint32_t key, int) { warp_count(s.hist0, key >> (32 - kCoarseBits), key != 0u); };
+  const auto count_coarse = [&](uint32_t key, int) { warp_count_nonzero(s.hist0, key >> (32 - kCoarseBits)); };
   for (int i = 0; i < pieces; ++i) {
     mbar_wait(&s.bars[i], 0);
     for_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), count_coarse);

@@ -30,7 +30,7 @@ constexpr int64_t kMinSliceKeys = 1024;
 struct DeviceInfo {
   bool ready = false;
   int sms = 0;
-  int smem_optin = 0;  // bytes of shared memory a CTA may opt in to
+  int smem_optin = 0;  // bytes of dynamic shared memory a cluster CTA may opt in to
 };
 
 // Once per device: the SM count, the opt-in shared memory and the kernels' shared-memory ceilings.
@@ -45,6 +45,13 @@ const char* device_info(int device_index, DeviceInfo** out) {
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(top_k_per_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kSmemBytes));
+    // The cluster kernels' dynamic shared memory may take what their static part leaves.
+    cudaFuncAttributes attr_f32 = {}, attr_bf16 = {};
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_f32, cluster_select::cluster_select_kernel<float>);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_bf16, cluster_select::cluster_select_kernel<uint16_t>);
+    const size_t static_bytes = attr_f32.sharedSizeBytes > attr_bf16.sharedSizeBytes ? attr_f32.sharedSizeBytes
+                                                                                      : attr_bf16.sharedSizeBytes;
+    d.smem_optin -= static_cast<int>(static_bytes);
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(cluster_select::cluster_select_kernel<float>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
@@ -122,7 +129,12 @@ const char* launch(const TopkPerRowParams& params, int device_index, void* strea
   if (plan.cluster > 0) {
     const cudaError_t launch_err =
         params.logits_bf16 ? launch_cluster<uint16_t>(params, plan, s) : launch_cluster<float>(params, plan, s);
-    return launch_err == cudaSuccess ? nullptr : cudaGetErrorString(launch_err);
+    if (launch_err == cudaSuccess) return nullptr;
+    // A device that cannot place the cluster (a partitioned GPU: fewer SMs per GPC) refuses the launch
+    // before it runs; the error is not sticky, and the two-pass kernel serves the rows instead.
+    if (launch_err != cudaErrorInvalidClusterSize && launch_err != cudaErrorLaunchOutOfResources)
+      return cudaGetErrorString(launch_err);
+    (void)cudaGetLastError();
   }
   top_k_per_row_kernel<<<static_cast<unsigned>(params.rows), kThreads, kSmemBytes, s>>>(params);
   const cudaError_t launch_err = cudaGetLastError();
