@@ -537,7 +537,7 @@ def test_bench_rows_on_the_cpu():
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_wide_rows_and_crowded_bins(dtype):
-    # Rows of 32K and 131K keys (clusters of 4 and 8 CTAs), rows whose threshold bin holds more keys than
+    # Rows of 32K and 131K keys (8 CTAs per row), rows whose threshold bin holds more keys than
     # a CTA lists (near-equal and all-equal logits: fine passes over every staged key), NaN / -inf / ties.
     g = torch.Generator().manual_seed(31)
     for width in (32768, 131072 + 17):
