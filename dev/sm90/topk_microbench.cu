@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs | k = %d | cold L2, median of %d | GB/s of window logits, %% of 4200\n", prop.name,
               prop.multiProcessorCount, k, iters);
-  std::printf("| shape | dtype | rows x width | new us | new GB/s | new %% of 4200 | old us | old GB/s | speedup | equal |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | dtype | rows x width | CTAs per row, KiB each | new us | new GB/s | new %% of 4200 | old us | "
+              "old GB/s | speedup | equal |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   const size_t flush_bytes = size_t(256) << 20;
   void* flush = nullptr;
   CHECK(cudaMalloc(&flush, flush_bytes));
@@ -178,14 +179,19 @@ int main(int argc, char** argv) {
       equal = a == b;
       if (!equal) status = 1;
     }
+    // The launcher's plan (0 CTAs: the two-pass kernel, one CTA per row).
+    aiter::sm90::topk::DeviceInfo* info = nullptr;
+    aiter::sm90::topk::device_info(dev, &info);
+    const aiter::sm90::topk::ClusterPlan plan = aiter::sm90::topk::plan_cluster(p, *info);
     const double gbps = bytes / (t_new * 1e-6) / 1e9;
     char old_cells[96] = "- | - | -";
     if (old)
       std::snprintf(old_cells, sizeof(old_cells), "%.1f | %.0f | %.2f", t_old, bytes / (t_old * 1e-6) / 1e9,
                     t_old / t_new);
-    std::printf("| %s | %s | %lldx%lld | %.1f | %.0f | %.0f%% | %s | %s |\n", sh.what, sh.bf16 ? "bf16" : "f32",
-                static_cast<long long>(sh.rows), static_cast<long long>(sh.width), t_new, gbps, 100.0 * gbps / 4200.0,
-                old_cells, old ? (equal ? "yes" : "NO") : "-");
+    std::printf("| %s | %s | %lldx%lld | %d, %.1f | %.1f | %.0f | %.0f%% | %s | %s |\n", sh.what,
+                sh.bf16 ? "bf16" : "f32", static_cast<long long>(sh.rows), static_cast<long long>(sh.width),
+                plan.cluster, plan.smem_bytes / 1024.0, t_new, gbps, 100.0 * gbps / 4200.0, old_cells,
+                old ? (equal ? "yes" : "NO") : "-");
     std::fflush(stdout);
     CHECK(cudaFree(logits));
     CHECK(cudaFree(starts));
