@@ -573,8 +573,8 @@ def test_bench_rows_on_the_cpu():
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_wide_rows_and_crowded_bins(dtype):
-    # Rows of 32K and 131K keys (two emit windows), rows whose threshold bin holds more candidates than
-    # a CTA keeps (near-equal and all-equal logits: the multi-pass fallback), NaN / -inf / ties.
+    # Rows of 32K and 131K keys (8 CTAs per row), rows whose threshold bin holds more keys than
+    # a CTA lists (near-equal and all-equal logits: fine passes over every staged key), NaN / -inf / ties.
     g = torch.Generator().manual_seed(31)
     for width in (32768, 131072 + 17):
         rows = 6
@@ -596,3 +596,104 @@ def test_gpu_wide_rows_and_crowded_bins(dtype):
             assert torch.equal(gpu.cpu(), ref), f"{dtype} width={width} k={k}"
             want = torch.where(ref >= 0, x.float().gather(1, ref.clamp(min=0).long()), torch.tensor(float("-inf")))
             assert torch.equal(vals.cpu(), want), f"values {dtype} width={width} k={k}"
+
+
+def _adversarial_rows(width, k, g):
+    """Rows for the cluster kernel's edge cases, each [width] float32."""
+    rows = [torch.randn(width, generator=g)]
+    rows.append(torch.full((width,), 0.5))  # all equal: the lowest columns win
+    x = torch.ones(width)  # the k-th value tied many times: k // 2 above it, every other key equal to it
+    x[torch.randperm(width, generator=g)[: max(1, k // 2)]] = 2.0
+    rows.append(x)
+    rows.append(1.0 + torch.rand(width, generator=g) * 1e-3)  # one coarse bin: past the candidate list
+    x = torch.randn(width, generator=g)
+    x[::3] = float("nan")
+    x[1::3] = float("-inf")
+    rows.append(x)
+    x = torch.randn(width, generator=g)  # -0.0 and +0.0 tie
+    x[torch.rand(width, generator=g) < 0.6] = -0.0
+    x[torch.rand(width, generator=g) < 0.2] = 0.0
+    rows.append(x)
+    rows.append(tied_logits(1, width, seed=width + k)[0])
+    x = torch.full((width,), float("-inf"))  # fewer choosable keys than k
+    x[torch.randperm(width, generator=g)[:5]] = torch.randn(5, generator=g)
+    rows.append(x)
+    return torch.stack(rows)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_cluster_select_plans(dtype):
+    # Row counts and widths that give the cluster plan 1 to 8 CTAs per row, row pitches and windows off
+    # 16-byte boundaries, every adversarial row kind, k from 1 to 4096: bit for bit the CPU path's
+    # indices and the logits themselves as values.
+    g = torch.Generator().manual_seed(41)
+    for width, k in ((37, 7), (3000, 512), (8192, 2048), (20000, 1024), (65536 + 5, 4096), (131072, 2048),
+                     (131072 + 17, 512)):
+        base = _adversarial_rows(width, k, g)
+        for copies in (1, 24):  # few rows: the cluster grows to fill the SMs; many: it stays small
+            x = base.repeat(copies, 1)
+            rows = x.shape[0]
+            pitch = width + 3  # odd row pitch: each row's slices sit at another 16-byte offset
+            full = torch.zeros(rows, pitch, dtype=dtype)
+            full[:, :width] = x.to(dtype)
+            logits = full[:, :width]
+            ks = torch.randint(0, max(1, width // 4), (rows,), generator=g, dtype=torch.int32)
+            ke = torch.full((rows,), width, dtype=torch.int32)
+            ks[0] = 0
+            if rows > 8:
+                ks[8], ke[8] = 1, 1  # empty
+                ke[9] = ks[9] + min(width - int(ks[9]), k // 2 + 1)  # shorter than k
+            cpu = torch.full((rows, k), GARBAGE, dtype=torch.int32)
+            cpu_vals = torch.full((rows, k), float("nan"))
+            top_k_per_row_prefill(logits, ks, ke, cpu, cpu_vals, rows, pitch, 1, k)
+            gpu = torch.full((rows, k), GARBAGE, dtype=torch.int32, device="cuda")
+            vals = torch.full((rows, k), float("nan"), device="cuda")
+            g_full = full.cuda()
+            g_logits = g_full[:, :width]
+            top_k_per_row_prefill(g_logits, ks.cuda(), ke.cuda(), gpu, vals, rows, pitch, 1, k)
+            assert torch.equal(gpu.cpu(), cpu), f"{dtype} width={width} k={k} rows={rows}"
+            assert torch.equal(vals.cpu(), cpu_vals), f"values {dtype} width={width} k={k} rows={rows}"
+            again = torch.full_like(gpu, GARBAGE)
+            top_k_per_row_prefill(g_logits, ks.cuda(), ke.cuda(), again, None, rows, pitch, 1, k)
+            assert torch.equal(again, gpu), "two runs differ"
+
+
+@needs_gpu
+def test_gpu_two_pass_paths():
+    # What the cluster plan does not take: a column stride, and rows too wide to stage in 8 CTAs'
+    # shared memory; both run the two-pass kernel, with the same answer as the CPU path.
+    g = torch.Generator().manual_seed(43)
+    x = tied_logits(6, 9000, seed=44)
+    strided = x.t().contiguous().t()  # stride(1) = 6
+    ks = torch.tensor([0, 5, 100, 0, 3, 8999], dtype=torch.int32)
+    ke = torch.full((6,), 9000, dtype=torch.int32)
+    cpu = torch.full((6, 2048), GARBAGE, dtype=torch.int32)
+    top_k_per_row_prefill(strided, ks, ke, cpu, None, 6, strided.stride(0), strided.stride(1), 2048)
+    gs = strided.cuda()
+    gpu = torch.full((6, 2048), GARBAGE, dtype=torch.int32, device="cuda")
+    top_k_per_row_prefill(gs, ks.cuda(), ke.cuda(), gpu, None, 6, gs.stride(0), gs.stride(1), 2048)
+    assert torch.equal(gpu.cpu(), cpu)
+    wide = torch.randn(2, 600000, generator=g)
+    ks, ke = torch.tensor([0, 7], dtype=torch.int32), torch.tensor([600000, 599999], dtype=torch.int32)
+    cpu = torch.full((2, 4096), GARBAGE, dtype=torch.int32)
+    top_k_per_row_prefill(wide, ks, ke, cpu, None, 2, 600000, 1, 4096)
+    gpu = torch.full((2, 4096), GARBAGE, dtype=torch.int32, device="cuda")
+    top_k_per_row_prefill(wide.cuda(), ks.cuda(), ke.cuda(), gpu, None, 2, 600000, 1, 4096)
+    assert torch.equal(gpu.cpu(), cpu)
+
+
+@needs_gpu
+@pytest.mark.parametrize("batches", [1, 64, 256])
+def test_gpu_decode_rows_match_cpu(batches):
+    # Decode rows of 8K-64K positions (the cluster spreads few rows over the SMs), next_n = 2.
+    g = torch.Generator().manual_seed(batches)
+    width, next_n = 65536, 2
+    lens = torch.randint(1, width + 1, (batches,), generator=g, dtype=torch.int32)
+    lens[0] = width
+    logits = torch.randn(batches * next_n, width, generator=g)
+    cpu = torch.full((batches * next_n, 2048), GARBAGE, dtype=torch.int32)
+    top_k_per_row_decode(logits, next_n, lens, cpu, batches * next_n, width, 1, 2048)
+    gpu = torch.full((batches * next_n, 2048), GARBAGE, dtype=torch.int32, device="cuda")
+    top_k_per_row_decode(logits.cuda(), next_n, lens.cuda(), gpu, batches * next_n, width, 1, 2048)
+    assert torch.equal(gpu.cpu(), cpu)

@@ -11,7 +11,7 @@ namespace aiter {
 namespace sm90 {
 namespace topk {
 
-// Launches one CTA per row on `stream` (a cudaStream_t) of GPU `device_index`. nullptr on success,
+// Launches the top-k of every row on `stream` (a cudaStream_t) of GPU `device_index`. nullptr on success,
 // else a static message.
 const char* launch(const TopkPerRowParams& params, int device_index, void* stream);
 
