@@ -95,7 +95,7 @@ def test_an_edit_rebuilds_only_the_modules_that_read_the_file(tmp_path, monkeypa
 
     assert changed_by("sm90/paged/kernel.cuh") == {("paged", "sm90")}
     assert changed_by("sm90/topk/radix_select.cuh") == {("topk", "sm90")}
-    assert changed_by("sm90/instances/heads_64.cu") == {("prefill", "sm90")}
+    assert changed_by("sm90/instances/heads_slot_0.cu") == {("prefill", "sm90")}
     assert changed_by("sm90/device.h") == {("prefill", "sm90"), ("paged", "sm90"), ("topk", "sm90")}
     assert changed_by("gfx950/kernel.h") == {("prefill", "gfx950")}
     assert changed_by("cpu/indexer_topk_cpu.cpp") == {("cpu", "cpu")}
