@@ -103,16 +103,21 @@ def test_an_edit_rebuilds_only_the_modules_that_read_the_file(tmp_path, monkeypa
 
 def test_every_gpu_call_names_its_family():
     """Each native op called from aiter/ops names the family whose module holds its GPU kernels, and
-    the device its tensors are on."""
+    the device its tensors are on: a direct call native.ops("<family>", <device>).<op>, or a custom
+    op's description (aiter/ops/_boundary.py) Native("<op>", "<family>", "<argument>")."""
     package = Path(aiter.__file__).resolve().parent
     calls = []
     for path in package.rglob("*.py"):
-        calls += re.findall(r'native\.ops\(([^()]*)\)\.(\w+)', path.read_text())
+        text = path.read_text()
+        calls += [(family, op) for family, op in re.findall(r'native\.ops\(("\w+"), \S+\)\.(\w+)', text)]
+        calls += [(f'"{family}"', op) for op, family in re.findall(r'\bNative\(\s*"(\w+)",\s*"(\w+)",\s*"\w+"', text)]
+        # A call that names no family would load no GPU module.
+        assert not re.search(r'native\.ops\(\)\.', text), path
     op_family = {op: family for family, ops in module_specs.FAMILY_OPS.items() for op in ops}
     assert {op for _, op in calls} >= set(op_family)
-    for args, op in calls:
+    for family, op in calls:
         if op in op_family:
-            assert re.fullmatch(rf'"{op_family[op]}", \S+', args), (op, args)
+            assert family == f'"{op_family[op]}"', (op, family)
 
 
 class _FakeCpuModule:
@@ -200,6 +205,8 @@ def _capsule(pointer: int, name: bytes):
 
 def test_the_cpu_module_refuses_what_is_not_a_gpu_module_of_its_layout():
     module = core.get_module()
+    backends_before = getattr(torch.ops, module.ops_namespace).compiled_backends()
+    assert backends_before[0] == "cpu"
     with pytest.raises((TypeError, ValueError)):
         module.attach_gpu_family(object())
     other = ctypes.create_string_buffer(256)
@@ -215,7 +222,8 @@ def test_the_cpu_module_refuses_what_is_not_a_gpu_module_of_its_layout():
     with pytest.raises(ImportError, match="another layout of binding/gpu_backends.h"):
         module.attach_gpu_family(_capsule(ctypes.addressof(other), right.value))
     assert module.ops_namespace.startswith("aiter_native")
-    assert getattr(torch.ops, module.ops_namespace).compiled_backends() == ["cpu"]
+    # Nothing refused was attached (earlier tests in the process may have attached real modules).
+    assert getattr(torch.ops, module.ops_namespace).compiled_backends() == backends_before
 
 
 FIRST_CALLS = textwrap.dedent(

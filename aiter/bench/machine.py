@@ -38,7 +38,7 @@ def device_name(device: torch.device) -> str:
 class GpuTimer:
     """Median over ``iters`` timed calls, each after a write of 4x the L2 (cold L2). On ROCm the
     write is at least 1 GiB: MI355X's 256 MiB MALL sits behind its 4 MiB-per-XCD L2, which is what
-    the device reports as L2 (the design document's harness flushes 1 GiB too)."""
+    the device reports as L2."""
 
     def __init__(self, device: torch.device, iters: int = 20, warmup: int = 3):
         self.device = device
@@ -135,12 +135,6 @@ def cpu_copy_gbps(nbytes: int = 256 << 20) -> float:
     us = CpuTimer(iters=5, budget_s=1.0, best=True)(lambda: dst.copy_(src))
     return 2.0 * nbytes / (us * 1e-6) / 1e9
 
-
-def cpu_threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def graph_per_call_us(fns: dict, device: torch.device, calls: int = 20, replays: int = 4) -> dict:

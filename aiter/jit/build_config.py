@@ -147,7 +147,7 @@ SM90_NVCC_FLAGS = [
     "-gencode=arch=compute_90a,code=sm_90a",
     "-DAITER_WITH_SM90",
 ]
-# From the design document: -fno-honor-nans makes fmaxf(x, 0) one v_max; -fno-slp-vectorize keeps the
+# -fno-honor-nans makes fmaxf(x, 0) one v_max; -fno-slp-vectorize keeps the
 # epilogue scalar (packed v_pk_* does not co-issue with MFMA); -disable-machine-sink keeps the last
 # MFMA pair inside the loop.
 GFX950_HIP_FLAGS = [

@@ -41,9 +41,4 @@ struct Fp8MqaLogitsParams {
   bool clean_logits;
 };
 
-// The output of a call in the full float32 layout, the one every GPU kernel writes today.
-inline bool is_full_float32(const Fp8MqaLogitsParams& params) {
-  return params.logits_dtype == LogitsDtype::kFloat32 && !params.compressed;
-}
-
 }  // namespace aiter

@@ -36,7 +36,7 @@
 //   instances.h    the list of kernel instances (name, H, D, path, element, layout)
 //   instances/     the instances, one file per H; fp8_mqa_logits_gfx950.hip: the host launcher
 //
-// Design (the design document's, facts only; this code is our own):
+// Design:
 // - A workgroup is 8 waves; a wave owns 4 MFMA A tiles of 32 (row, head) columns, kept with their
 //   weights in VGPRs for the whole block: H=32 -> 4 rows of 32 heads, H=64 -> 2 rows x 2 head
 //   halves, H=16 -> 8 rows, two per tile (interleaved: the accumulator's even elements are one

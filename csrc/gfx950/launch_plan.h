@@ -9,7 +9,7 @@
 // `splits` contiguous shares; without a caller's value, the split minimising the modelled makespan
 // of a single causal request. Layouts touched: none (counts only).
 // Why a model: above kPlanMaxRows the windows are not read on the host (no device sync), so the
-// split is chosen for the layout the design document's model assumes, priced with the same
+// split is chosen for the layout the model assumes (one causal request), priced with the same
 // CostModel (cost_model.h) and share arithmetic (common/work_scheduler.h) as the kernel.
 // H = 16 stores a row pair through one buffer resource (epilogue.h, store_pair_at_once), whose
 // offsets must stay within its num_records, kPairRecords = 2^31 - 4: the balanced plan may pair
@@ -40,7 +40,7 @@ struct LaunchPlan {
 };
 
 // Modelled makespan, in units, of the fixed grid for a single causal request (ke = N - M + row + 1,
-// the layout the design document's model assumes): workgroups in dispatch order (x = blocks,
+// the layout the model assumes): workgroups in dispatch order (x = blocks,
 // longest first, fastest; then y), each to the CU that frees first (one per CU: list scheduling);
 // a workgroup costs its stages and fill units, plus the start overhead when it computes.
 inline double fixed_grid_makespan(Geometry geometry, int64_t M, int64_t N, int splits, int num_cus,

@@ -49,8 +49,7 @@ constexpr int kPlanMaxRows = 16384;
 // -inf fill work unit: 8192 elements (32 KiB of float32 stores), priced like one compute stage.
 // By the performance model (dev/isa/gfx950_model.py, a prediction) a clean H = 32 stage is 2312
 // VALU-bound cycles and a CU's share of 8 TB/s of HBM is 13 bytes a clock, so 32 KiB take 2517
-// cycles, about a stage. 64 KiB (the earlier unit, from the design document's ~2 us stage of its
-// own kernel at ~6 TB/s) wrote for 2.2 stage times per unit in the model, so a share rich in fill
+// cycles, about a stage. 64 KiB (a ~2 us stage at ~6 TB/s) wrote for 2.2 stage times per unit in the model, so a share rich in fill
 // units was the slowest: causal 8192x8192 h32 at 2.0x its compute bound (1.24x at 32 KiB), multi-
 // request 4096x32768 at 1.21x (1.17x). 16 KiB over-prices the fill (causal 8192x8192 1.48x). An
 // MI355X run decides between the model's stage and the measured one.
