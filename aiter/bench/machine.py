@@ -11,7 +11,6 @@ nvidia-smi's, else "n/a". The CUDA-graph time is per call of a graph of back-to-
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import statistics
