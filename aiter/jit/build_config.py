@@ -23,15 +23,13 @@ def csrc_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "csrc"
 
 
-# Sources every build compiles: the Python module that registers the ops, each op's ATen binding and
-# its portable CPU path (prefill fp8_mqa_logits, decode fp8_paged_mqa_logits: the planning and
+# Sources every build compiles: the bindings (binding/bindings_unit.cpp: the Python module that
+# registers the ops and each op's ATen binding, in one unit so torch's headers are parsed once) and
+# each op's portable CPU path (prefill fp8_mqa_logits, decode fp8_paged_mqa_logits: the planning and
 # dispatch units; their SIMD variants are CPU_SIMD_SOURCES). Costliest first: ninja starts the
 # compiles in this order, so the longest one does not start last on two cores.
 COMMON_SOURCES = (
-    "binding/module.cpp",
-    "binding/fp8_paged_mqa_logits_binding.cpp",
-    "binding/fp8_mqa_logits_binding.cpp",
-    "binding/indexer_topk_binding.cpp",
+    "binding/bindings_unit.cpp",
     "cpu/fp8_paged_mqa_logits_cpu.cpp",
     "cpu/indexer_topk_cpu.cpp",
     "cpu/fp8_mqa_logits_cpu.cpp",

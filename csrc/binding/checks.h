@@ -6,9 +6,16 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 
 namespace aiter {
 namespace checks {
+
+// The most bytes a logits tensor an op allocates may take: 2^48 (256 TiB), beyond any device's
+// memory, so that a width no machine can hold is refused by name before the size arithmetic can
+// overflow (the fake kernels check the same bound).
+constexpr int64_t kMaxLogitsBytes = int64_t(1) << 48;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 inline void check_defined(const char* op, const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.defined(), op, name, " is an undefined tensor");

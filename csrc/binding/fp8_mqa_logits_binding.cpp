@@ -105,11 +105,6 @@ void check_windows_fit(const at::Tensor& cu_starts, const at::Tensor& cu_ends, i
   }
 }
 
-// The most bytes a logits tensor the op allocates may take: 2^48 (256 TiB), beyond any device's
-// memory, so that a width no machine can hold is refused by name before the size arithmetic can
-// overflow (the fake kernel checks the same bound).
-constexpr int64_t kMaxLogitsBytes = int64_t(1) << 48;
-
 // What names the width of the logits in the messages: max_seqlen_k, or kv's N (the full layout).
 const char* width_name(bool compressed) { return compressed ? "max_seqlen_k" : "N"; }
 

@@ -41,7 +41,6 @@ using namespace aiter::checks;
 
 constexpr const char kOp[] = "fp8_paged_mqa_logits: ";
 constexpr const char kMetadataOp[] = "get_paged_mqa_logits_metadata: ";
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 // context_lens and block_table are int32 (DeepGEMM's and vLLM's); an int64 one gets the fix in the message.
 void check_int32(const char* op, const at::Tensor& t, const char* name) {
@@ -73,10 +72,6 @@ const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* firs
   return table[0];  // unreachable: the check above throws
 }
 
-// The most bytes a logits tensor the op allocates may take: 2^48 (256 TiB), beyond any device's
-// memory, so that a max_context_len no machine can hold is refused by name before the size
-// arithmetic can overflow (the fake kernel checks the same bound).
-constexpr int64_t kMaxLogitsBytes = int64_t(1) << 48;
 
 // DeepGEMM's row pitch for the paged op's logits, which callers read through logits.stride(0)
 // (vLLM's top-k kernels do): a multiple of 256 elements and of 1024 bytes.

@@ -31,7 +31,6 @@ using namespace aiter::checks;
 
 constexpr const char kPrefillOp[] = "top_k_per_row_prefill: ";
 constexpr const char kDecodeOp[] = "top_k_per_row_decode: ";
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 void check_int32_vector(const char* op, const at::Tensor& t, const char* name, const at::Device& device) {
   check_defined(op, t, name);
