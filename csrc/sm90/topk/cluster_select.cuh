@@ -6,14 +6,15 @@
 //            in flight at once and no registers hold it; a few threads load the unaligned head and tail.
 //   coarse:  as each piece lands, the CTA histograms the top kCoarseBits bits of its choosable keys
 //            (common/indexer_topk_params.h: topk_key; key 0, NaN and -inf, is skipped) in shared
-//            memory with warp-aggregated atomics (one atomic per distinct bin of a warp).
+//            memory, one increment per key (the atomic unit sums the lanes of one address).
 //   pick:    every CTA reads the cluster's histograms through distributed shared memory and sums them,
 //            in two steps (the sums of groups of bins, then the bins of the one group that holds the
 //            wanted key), and fixes the bin holding the row's k-th largest key. Every CTA computes the
 //            same integer sums, so all of them take the same decisions.
 //   gather:  one pass over the staged keys: a key above that bin is chosen (a bit in the CTA's chosen
-//            bitmap); the bin's keys are listed as candidates when the CTA's own count of the bin
-//            fits kCandidates (else the fine passes read all the staged keys instead).
+//            bitmap, the bits of 32 consecutive keys combined across lanes before one OR); the bin's
+//            keys are listed as candidates when the CTA's own count of the bin fits kCandidates
+//            (else the fine passes read all the staged keys instead).
 //   fine:    two histogram passes over the candidates, of the next kFineBits bits of the keys that
 //            match the bits fixed so far, each summed over the cluster as above, fix the k-th largest
 //            key T exactly and `need_equal`, how many keys equal to T the top k holds. The bin's keys
@@ -111,16 +112,6 @@ __device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
 __device__ __forceinline__ float value_of(float v) { return v; }
 __device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
 
-// Adds 1 to hist[bin] for every lane of the warp whose bin is not 0, one atomic per distinct bin: the
-// keys of a row crowd into few bins, and same-address shared atomics serialise. The coarse pass: bin 0
-// is the bin of key 0 (NaN, -inf), which no choosable key shares (the smallest, -FLT_MAX, is in bin 8),
-// so no vote is needed to leave those lanes out.
-__device__ __forceinline__ void warp_count_nonzero(uint32_t* hist, uint32_t bin) {
-  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin);
-  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
-  if (bin != 0u && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
-}
-
 // Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin; a warp
 // with no such lane (the fine passes: most hold no key of the fixed prefix) skips the match.
 __device__ __forceinline__ void warp_count(uint32_t* hist, uint32_t bin, bool count) {
@@ -172,6 +163,70 @@ __device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e
   for (int b = e0; b < e1; b += kThreads) {
     const int j = b + int(threadIdx.x);
     f(j < e1 ? key_of<Elem>(stage[j]) : 0u, j);
+  }
+}
+
+// The coarse histogram of the staged elements [e0, e1) (multiples of the vector width), 16 bytes per
+// thread per step. A key adds 1 to its bin with a plain shared atomic: an add of 1 whose result is
+// unused is one ATOMS.POPC.INC, which sums the lanes that share an address in the atomic unit, so no
+// per-key match is needed. A step whose keys all fall in one bin (a row of near-equal logits) adds
+// them with one atomic. Bin 0 is the bin of key 0 (NaN, -inf, and the lanes past e1), which no
+// choosable key shares (the smallest, -FLT_MAX, is in bin 8): it counts them too, which keeps the
+// loop free of branches, and the caller clears it afterwards.
+template <typename Elem>
+__device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, int e1, uint32_t* hist) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  for (int b = e0; b < e1; b += kThreads * kVec) {
+    const int j = b + int(threadIdx.x) * kVec;
+    const bool live = j < e1;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    uint32_t keys[kVec];
+    keys_of(raw, keys);
+    const uint32_t lead = __shfl_sync(0xFFFFFFFFu, keys[0] >> (32 - kCoarseBits), 0);
+    bool one_bin = true;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) one_bin = one_bin && (keys[u] >> (32 - kCoarseBits)) == lead;
+    if (__all_sync(0xFFFFFFFFu, one_bin)) {
+      if ((threadIdx.x & 31) == 0) atomicAdd(&hist[lead], 32u * kVec);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) atomicAdd(&hist[keys[u] >> (32 - kCoarseBits)], 1u);
+    }
+  }
+}
+
+// Sets bits[j] for the staged elements j in [e0, e1) (multiples of the vector width) whose key
+// `chosen` accepts, 16 bytes per thread per step, and calls f(key, j) for every element (f may vote
+// across the warp). The lanes that cover 32 consecutive elements combine their bits by shuffles and
+// one of them ORs them in (two words when the span straddles a word boundary), instead of an atomic
+// per key.
+template <typename Elem, typename C, typename F>
+__device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
+                                                   F&& f) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kSpan = 32 / kVec;  // lanes per 32 elements
+  const int lane = threadIdx.x & 31;
+  for (int b = e0; b < e1; b += kThreads * kVec) {
+    const int j = b + int(threadIdx.x) * kVec;
+    const bool live = j < e1;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    uint32_t keys[kVec];
+    keys_of(raw, keys);
+    uint32_t mine = 0;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const uint32_t key = live ? keys[u] : 0u;
+      mine |= static_cast<uint32_t>(chosen(key)) << u;
+      f(key, j + u);
+    }
+    uint32_t span = mine << ((lane % kSpan) * kVec);
+#pragma unroll
+    for (int d = 1; d < kSpan; d <<= 1) span |= __shfl_xor_sync(0xFFFFFFFFu, span, d);
+    if (lane % kSpan == 0 && span != 0u) {
+      const int off = j & 31;
+      atomicOr(&bits[j >> 5], span << off);
+      if (off != 0 && (span >> (32 - off)) != 0u) atomicOr(&bits[(j >> 5) + 1], span >> (32 - off));
+    }
   }
 }
 
@@ -354,15 +409,17 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   __syncthreads();
 
   // ---- coarse: piece by piece as they land, then the unaligned head and tail ----
-  const auto count_coarse = [&](uint32_t key, int) { warp_count_nonzero(s.hist0, key >> (32 - kCoarseBits)); };
+  const auto count_coarse = [&](uint32_t key, int) { atomicAdd(&s.hist0[key >> (32 - kCoarseBits)], 1u); };
   for (int i = 0; i < pieces; ++i) {
     mbar_wait(&s.bars[i], 0);
-    for_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), count_coarse);
+    coarse_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), s.hist0);
   }
   // The elements no bulk copy brought: all of a slice shorter than two vectors.
   const int head_end = pieces > 0 ? a0 : hi;
   for_single_keys(stage, lo, head_end, count_coarse);
   if (pieces > 0) for_single_keys(stage, a1, hi, count_coarse);
+  __syncthreads();
+  if (t == 0) s.hist0[0] = 0;  // the unchosen keys' bin
   __syncthreads();
   group_sums<kCoarseBins, kCoarseGroup>(s.hist0, s.group0);
   cl.sync();  // every CTA's histogram and group sums are complete (and every CTA of the cluster runs)
@@ -377,12 +434,12 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   const int words = (hi + 31) / 32;
   const uint32_t bin0 = coarse.bin;
   const bool listed = !take_all && s.hist0[bin0] <= kCandidates;  // this CTA's own count of the bin
-  const auto gather = [&](uint32_t key, int j) {
-    const uint32_t bin = key >> (32 - kCoarseBits);
-    const bool above = key != 0u && (take_all || bin > bin0);
-    if (above) atomicOr(&chosen_bits[j >> 5], 1u << (j & 31));
+  const auto is_above = [&](uint32_t key) {
+    return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
+  };
+  const auto list = [&](uint32_t key, int j) {
     if (listed) {
-      const bool in_bin = key != 0u && !take_all && bin == bin0;
+      const bool in_bin = key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
       const uint32_t takers = __ballot_sync(0xFFFFFFFFu, in_bin);
       if (takers != 0u) {
         const int leader = __ffs(takers) - 1;
@@ -397,8 +454,12 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
       }
     }
   };
+  const auto gather = [&](uint32_t key, int j) {
+    if (is_above(key)) atomicOr(&chosen_bits[j >> 5], 1u << (j & 31));
+    list(key, j);
+  };
   if (pieces > 0) {
-    for_vector_keys(stage, a0, a1, gather);
+    gather_vector_keys(stage, a0, a1, chosen_bits, is_above, list);
     for_single_keys(stage, a1, hi, gather);
   }
   for_single_keys(stage, lo, head_end, gather);
