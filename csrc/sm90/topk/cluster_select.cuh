@@ -13,8 +13,8 @@
 //            same integer sums, so all of them take the same decisions.
 //   gather:  one pass over the staged keys: a key above that bin is chosen (a bit in the CTA's chosen
 //            bitmap, the bits of 32 consecutive keys combined across lanes before one OR); the bin's
-//            keys are listed as candidates when the CTA's own count of the bin fits kCandidates
-//            (else the fine passes read all the staged keys instead).
+//            keys are listed as candidates (one slot reservation per warp step) when the CTA's own
+//            count of the bin fits kCandidates (else the fine passes read all the staged keys instead).
 //   fine:    two histogram passes over the candidates, of the next kFineBits bits of the keys that
 //            match the bits fixed so far, each summed over the cluster as above, fix the k-th largest
 //            key T exactly and `need_equal`, how many keys equal to T the top k holds. The bin's keys
@@ -195,17 +195,20 @@ __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, in
   }
 }
 
-// Sets bits[j] for the staged elements j in [e0, e1) (multiples of the vector width) whose key
-// `chosen` accepts, 16 bytes per thread per step, and calls f(key, j) for every element (f may vote
-// across the warp). The lanes that cover 32 consecutive elements combine their bits by shuffles and
-// one of them ORs them in (two words when the span straddles a word boundary), instead of an atomic
-// per key.
-template <typename Elem, typename C, typename F>
+// The gather over the staged elements [e0, e1) (multiples of the vector width), 16 bytes per thread
+// per step: sets bits[j] for the keys `chosen` accepts and, when `listed`, appends the keys
+// `candidate` accepts (and their indices) to the candidate list. The lanes that cover 32 consecutive
+// elements combine their bits by shuffles and one of them ORs them in (two words when the span
+// straddles a word boundary), and a warp reserves the list slots of its whole step with one atomic,
+// instead of an atomic per key. The list's order is the lanes' arrival order; nothing downstream
+// depends on it.
+template <typename Elem, typename C, typename D>
 __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
-                                                   F&& f) {
+                                                   bool listed, D&& candidate, SharedState& s) {
   constexpr int kVec = 16 / sizeof(Elem);
   constexpr int kSpan = 32 / kVec;  // lanes per 32 elements
   const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
     const bool live = j < e1;
@@ -214,11 +217,7 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
     keys_of(raw, keys);
     uint32_t mine = 0;
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const uint32_t key = live ? keys[u] : 0u;
-      mine |= static_cast<uint32_t>(chosen(key)) << u;
-      f(key, j + u);
-    }
+    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(live && chosen(keys[u])) << u;
     uint32_t span = mine << ((lane % kSpan) * kVec);
 #pragma unroll
     for (int d = 1; d < kSpan; d <<= 1) span |= __shfl_xor_sync(0xFFFFFFFFu, span, d);
@@ -226,6 +225,29 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
       const int off = j & 31;
       atomicOr(&bits[j >> 5], span << off);
       if (off != 0 && (span >> (32 - off)) != 0u) atomicOr(&bits[(j >> 5) + 1], span >> (32 - off));
+    }
+    if (listed) {
+      uint32_t takers[kVec];
+      uint32_t step_total = 0;
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        takers[u] = __ballot_sync(0xFFFFFFFFu, live && candidate(keys[u]));
+        step_total += __popc(takers[u]);
+      }
+      if (step_total != 0u) {
+        uint32_t base = 0;
+        if (lane == 0) base = atomicAdd(&s.n_cand, step_total);
+        base = __shfl_sync(0xFFFFFFFFu, base, 0);
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          if ((takers[u] >> lane) & 1u) {
+            const uint32_t slot = base + __popc(takers[u] & lanes_below);
+            s.cand_key[slot] = keys[u];
+            s.cand_idx[slot] = static_cast<uint32_t>(j + u);
+          }
+          base += __popc(takers[u]);
+        }
+      }
     }
   }
 }
@@ -437,9 +459,12 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   const auto is_above = [&](uint32_t key) {
     return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
   };
+  const auto is_candidate = [&](uint32_t key) {
+    return key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
+  };
   const auto list = [&](uint32_t key, int j) {
     if (listed) {
-      const bool in_bin = key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
+      const bool in_bin = is_candidate(key);
       const uint32_t takers = __ballot_sync(0xFFFFFFFFu, in_bin);
       if (takers != 0u) {
         const int leader = __ffs(takers) - 1;
@@ -459,7 +484,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
     list(key, j);
   };
   if (pieces > 0) {
-    gather_vector_keys(stage, a0, a1, chosen_bits, is_above, list);
+    gather_vector_keys(stage, a0, a1, chosen_bits, is_above, listed, is_candidate, s);
     for_single_keys(stage, a1, hi, gather);
   }
   for_single_keys(stage, lo, head_end, gather);
