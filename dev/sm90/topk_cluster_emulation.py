@@ -24,7 +24,7 @@ COARSE_BITS, FINE_BITS = 12, 10
 CANDIDATES = 1024
 TARGET_SLICE, MIN_SLICE = 8192, 1024
 SMEM_OPTIN = 232448  # H100 / H200 opt-in shared memory per CTA
-STATE_BYTES = 34944  # kStageOffset: sizeof(SharedState) rounded to 128 bytes (nvcc 13.0)
+STATE_BYTES = 18560  # kStageOffset: sizeof(SharedState) rounded to 128 bytes (nvcc 13.0)
 PIECE_BYTES, MAX_PIECES = 16384, 16
 
 
@@ -102,7 +102,8 @@ def gathered_bits(c, above: np.ndarray, vec: int) -> np.ndarray:
     if a1 > a0:
         for j in range(a0, a1, 32):
             seg = above[j:min(j + 32, a1)]
-            span = int(np.packbits(np.concatenate([seg, np.zeros(32 - seg.size, bool)]), bitorder="little").view("<u4")[0])
+            seg = np.concatenate([seg, np.zeros(32 - seg.size, bool)])
+            span = int(np.packbits(seg, bitorder="little").view("<u4")[0])
             if span:
                 off = j & 31
                 words[j >> 5] |= (span << off) & 0xFFFFFFFF

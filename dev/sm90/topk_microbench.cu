@@ -73,13 +73,15 @@ struct Shape {
 template <typename Elem>
 cudaError_t launch_wip(const TopkPerRowParams& p, const aiter::sm90::topk::ClusterPlan& plan, cudaStream_t stream) {
   namespace wip = aiter::sm90::topk::cluster_select_wip;
+  // Its shared state is larger than the shipped kernel's: the same staging capacity, its own layout.
+  const size_t smem = static_cast<size_t>(wip::smem_bytes(plan.stage_capacity, sizeof(Elem)));
   cudaError_t err = cudaFuncSetAttribute(wip::cluster_select_kernel<Elem>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(plan.smem_bytes));
+                                         static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(p.rows * plan.cluster), 1, 1);
   config.blockDim = dim3(wip::kThreads, 1, 1);
-  config.dynamicSmemBytes = plan.smem_bytes;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;

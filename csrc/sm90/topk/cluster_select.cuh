@@ -26,6 +26,8 @@
 //            each chosen key its slot, the number of chosen keys before it in the row. The output is
 //            the column order whatever the thread timing: bitwise reproducible.
 //   The last CTA writes -1 (and -inf values) to the slots past the chosen ones.
+//   The fine histograms and the candidate list reuse the coarse histogram's shared memory once every
+//   CTA of the cluster has picked from it (a cluster barrier between pick and gather).
 //
 // Preconditions (the launcher's plan): stride1 == 1, and the staging buffer holds ceil(window / C)
 // rounded up to the vector width, plus one vector.
@@ -61,18 +63,31 @@ constexpr int kFineGroup = 32;
 // (near-equal logits) runs the fine passes over all its staged keys instead.
 constexpr int kCandidates = 1024;
 constexpr int kPieceBytes = 16384;
+// The register budget leaves room for this many CTAs per SM, as many as shared memory holds with
+// the typical 4096-key slice: the cluster barriers and remote reads of one CTA are hidden by the
+// others' passes over their keys.
+constexpr int kMinCtasPerSm = 6;
 constexpr int kMaxPieces = 16;
 
-struct SharedState {
-  uint32_t hist0[kCoarseBins];
+// The coarse histogram is dead once the whole cluster has picked from it, so the fine histograms and
+// the candidate list take its place: the smaller state lets more CTAs share an SM, which hides the
+// latency of the cluster barriers and remote reads of each CTA behind the others' work.
+struct FineState {
   uint32_t hist1[kFineBins];
   uint32_t hist2[kFineBins];
+  uint32_t cand_key[kCandidates];  // the keys of the threshold bin and their staged indices
+  uint32_t cand_idx[kCandidates];
+};
+static_assert(sizeof(FineState) <= kCoarseBins * sizeof(uint32_t), "the fine state fits the coarse histogram");
+struct SharedState {
+  union {
+    uint32_t hist0[kCoarseBins];
+    FineState fine;
+  };
   uint32_t group0[kCoarseBins / kCoarseGroup];
   uint32_t group1[kFineBins / kFineGroup];
   uint32_t group2[kFineBins / kFineGroup];
   uint32_t reduced[64];  // the cluster's sums of the groups, then of one group's bins
-  uint32_t cand_key[kCandidates];  // the keys of the threshold bin and their staged indices
-  uint32_t cand_idx[kCandidates];
   uint32_t n_cand;
   uint32_t cta_above, cta_equal;    // this CTA's keys above and equal to T, read by the later CTAs
   uint32_t base_above, base_equal;  // those of the CTAs before this one
@@ -242,8 +257,8 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
         for (int u = 0; u < kVec; ++u) {
           if ((takers[u] >> lane) & 1u) {
             const uint32_t slot = base + __popc(takers[u] & lanes_below);
-            s.cand_key[slot] = keys[u];
-            s.cand_idx[slot] = static_cast<uint32_t>(j + u);
+            s.fine.cand_key[slot] = keys[u];
+            s.fine.cand_idx[slot] = static_cast<uint32_t>(j + u);
           }
           base += __popc(takers[u]);
         }
@@ -370,7 +385,8 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // kThreads, clusters of C along x; dynamic shared memory: smem_bytes(stage_capacity, sizeof(Elem)),
 // where stage_capacity >= ceil(window / C) rounded up to the vector width, plus one vector.
 template <typename Elem>
-__global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerRowParams p, const int stage_capacity) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    cluster_select_kernel(const TopkPerRowParams p, const int stage_capacity) {
   namespace cg = cooperative_groups;
   constexpr int kVec = 16 / sizeof(Elem);
   constexpr int kPieceElems = kPieceBytes / sizeof(Elem);
@@ -419,10 +435,6 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
       for (int i = a1 + lane; i < hi; i += 32) stage[i] = aligned_src[i];
   }
   for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
-  for (int i = t; i < kFineBins; i += kThreads) {
-    s.hist1[i] = 0;
-    s.hist2[i] = 0;
-  }
   {
     uint32_t* bits = reinterpret_cast<uint32_t*>(smem + bitmap_offset(stage_capacity, sizeof(Elem)));
     for (int64_t i = t; i < 2 * bitmap_words(stage_capacity); i += kThreads) bits[i] = 0;
@@ -456,6 +468,14 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   const int words = (hi + 31) / 32;
   const uint32_t bin0 = coarse.bin;
   const bool listed = !take_all && s.hist0[bin0] <= kCandidates;  // this CTA's own count of the bin
+  // Every CTA of the cluster is done reading the coarse histograms (this one's included) before the
+  // fine state overwrites them.
+  cluster_arrive();
+  cluster_wait();
+  for (int i = t; i < kFineBins; i += kThreads) {
+    s.fine.hist1[i] = 0;
+    s.fine.hist2[i] = 0;
+  }
   const auto is_above = [&](uint32_t key) {
     return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
   };
@@ -473,8 +493,8 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
         base = __shfl_sync(0xFFFFFFFFu, base, leader);
         if (in_bin) {
           const uint32_t slot = base + __popc(takers & ((1u << lane) - 1u));
-          s.cand_key[slot] = key;
-          s.cand_idx[slot] = static_cast<uint32_t>(j);
+          s.fine.cand_key[slot] = key;
+          s.fine.cand_idx[slot] = static_cast<uint32_t>(j);
         }
       }
     }
@@ -496,7 +516,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   if (!take_all) {  // the same in every CTA of the cluster: the cluster barriers below match
     uint32_t prefix = bin0, wanted = coarse.remaining;  // the fixed top bits, as a number
     int fixed = kCoarseBits;
-    uint32_t* hists[2] = {s.hist1, s.hist2};
+    uint32_t* hists[2] = {s.fine.hist1, s.fine.hist2};
     uint32_t* groups[2] = {s.group1, s.group2};
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
@@ -508,7 +528,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
       if (listed) {
         for (int b = 0; b < candidates; b += kThreads) {
           const int c = b + t;
-          count_fine(c < candidates ? s.cand_key[c] : 0u, 0);
+          count_fine(c < candidates ? s.fine.cand_key[c] : 0u, 0);
         }
       } else {
         if (pieces > 0) {
@@ -534,7 +554,8 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
         atomicOr(&(key > threshold ? chosen_bits : equal_bits)[j >> 5], 1u << (j & 31));
     };
     if (listed) {
-      for (int c = t; c < candidates; c += kThreads) mark(s.cand_key[c], static_cast<int>(s.cand_idx[c]));
+      for (int c = t; c < candidates; c += kThreads)
+        mark(s.fine.cand_key[c], static_cast<int>(s.fine.cand_idx[c]));
     } else {
       if (pieces > 0) {
         for_vector_keys(stage, a0, a1, mark);
