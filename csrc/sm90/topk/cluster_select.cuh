@@ -63,10 +63,10 @@ constexpr int kFineGroup = 32;
 // (near-equal logits) runs the fine passes over all its staged keys instead.
 constexpr int kCandidates = 1024;
 constexpr int kPieceBytes = 16384;
-// The register budget leaves room for this many CTAs per SM, as many as shared memory holds with
-// the typical 4096-key slice: the cluster barriers and remote reads of one CTA are hidden by the
-// others' passes over their keys.
-constexpr int kMinCtasPerSm = 6;
+// The register budget leaves room for this many CTAs per SM (48 registers, no spills; shared memory
+// holds 6 with a 4096-key float32 slice): the cluster barriers and remote reads of one CTA are hidden
+// by the others' passes over their keys.
+constexpr int kMinCtasPerSm = 5;
 constexpr int kMaxPieces = 16;
 
 // The coarse histogram is dead once the whole cluster has picked from it, so the fine histograms and
