@@ -187,14 +187,15 @@ __device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e
 // per-key match is needed. A step whose keys all fall in one bin (a row of near-equal logits) adds
 // them with one atomic. Bin 0 is the bin of key 0 (NaN, -inf, and the lanes past e1), which no
 // choosable key shares (the smallest, -FLT_MAX, is in bin 8): it counts them too, which keeps the
-// loop free of branches, and the caller clears it afterwards.
+// loop free of branches, and the caller clears it afterwards. The lanes past e1 read all-ones bits, a
+// NaN in either format (key 0); zero bits would be +0.0, a choosable key.
 template <typename Elem>
 __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, int e1, uint32_t* hist) {
   constexpr int kVec = 16 / sizeof(Elem);
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
     const bool live = j < e1;
-    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
     uint32_t keys[kVec];
     keys_of(raw, keys);
     const uint32_t lead = __shfl_sync(0xFFFFFFFFu, keys[0] >> (32 - kCoarseBits), 0);
