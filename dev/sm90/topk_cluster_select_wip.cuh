@@ -40,7 +40,8 @@
 #include <cstdint>
 
 #include "common/indexer_topk_params.h"
-#include "sm90/primitives.cuh"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/tma.cuh"
 
 namespace aiter {
 namespace sm90 {

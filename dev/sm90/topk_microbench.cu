@@ -8,7 +8,8 @@
 //        dev/sm90/topk_microbench.cu && /tmp/topk_microbench [--iters N] [--k K] [--no-old]
 //
 // Rows: prefill [4096, 32768] and [1024, 131072] float32 and bfloat16 (whole rows and causal windows,
-// row r seeing the first N - M + r + 1 keys), decode [64 .. 256, 8192 .. 65536] float32. Logits: a
+// row r seeing the first N - M + r + 1 keys; ragged windows of random start and length, a third of
+// them shorter than k), decode [64 .. 256, 8192 .. 65536] float32. Logits: a
 // hash of (row, column) shaped like the indexer's (a relu'd sum, many in a narrow range), so the
 // threshold's bin holds what real rows hold. Each call runs on a cold L2 (a 256 MiB write before it,
 // outside the timed span); the median of --iters calls. GB/s = the windows' logits bytes over the
@@ -67,6 +68,7 @@ struct Shape {
   const char* what;
   int64_t rows, width;
   bool bf16, causal;
+  bool ragged = false;  // windows of random start and length, many shorter than k
 };
 
 // The match-per-key cluster kernel on the launcher's plan (plan.cluster > 0).
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
       {"prefill", 4096, 32768, false, false},  {"prefill", 4096, 32768, true, false},
       {"prefill causal", 4096, 32768, false, true}, {"prefill", 1024, 131072, false, false},
       {"prefill", 1024, 131072, true, false},  {"prefill causal", 1024, 131072, false, true},
+      {"prefill ragged", 4096, 32768, false, false, true}, {"prefill ragged", 4096, 32768, true, false, true},
   };
   for (int64_t b : {64, 128, 256})
     for (int64_t n : {8192, 16384, 32768, 65536}) shapes.push_back({"decode", b, n, false, false});
@@ -155,6 +158,11 @@ int main(int argc, char** argv) {
     double bytes = 0;
     for (int64_t r = 0; r < sh.rows; ++r) {
       he[r] = static_cast<int32_t>(sh.causal ? sh.width - sh.rows + r + 1 : sh.width);
+      if (sh.ragged) {  // a window of any start and length, a third of them shorter than k
+        const uint64_t h = (static_cast<uint64_t>(r) + 1) * 0x9E3779B97F4A7C15ull;
+        hs[r] = static_cast<int32_t>((h >> 20) % sh.width);
+        he[r] = static_cast<int32_t>(std::min<int64_t>(sh.width, hs[r] + static_cast<int64_t>((h >> 40) % (3 * k))));
+      }
       bytes += double(he[r] - hs[r]) * elem;
     }
     CHECK(cudaMemcpy(starts, hs.data(), sh.rows * 4, cudaMemcpyHostToDevice));
