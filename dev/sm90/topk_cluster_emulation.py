@@ -24,7 +24,7 @@ COARSE_BITS, FINE_BITS = 12, 10
 CANDIDATES = 1024
 TARGET_SLICE, MIN_SLICE = 8192, 1024
 SMEM_OPTIN = 232448  # H100 / H200 opt-in shared memory per CTA
-STATE_BYTES = 34944  # kStageOffset: sizeof(SharedState) rounded to 128 bytes (nvcc 13.0)
+STATE_BYTES = 18560  # kStageOffset: sizeof(SharedState) rounded to 128 bytes (nvcc 13.0)
 PIECE_BYTES, MAX_PIECES = 16384, 16
 
 
@@ -88,6 +88,32 @@ def popcount(w: int) -> int:
     return bin(w).count("1")
 
 
+def gathered_bits(c, above: np.ndarray, vec: int) -> np.ndarray:
+    """The gather's chosen bitmap as the kernel builds it: in the bulk-copied middle [a0, a1) the lanes
+    covering 32 consecutive elements (starting at a0 + 32 m) OR their combined bits into the word(s)
+    the span straddles; the head and tail set one bit per element. Returns the bitmap as bools."""
+    lo, hi = c["lo"], c["hi"]
+    a0, a1 = -(-lo // vec) * vec, hi // vec * vec
+    words = [0] * (-(-hi // 32) + 1)
+    singles = list(range(lo, a0)) + list(range(a1, hi)) if a1 > a0 else list(range(lo, hi))
+    for j in singles:
+        if above[j]:
+            words[j >> 5] |= 1 << (j & 31)
+    if a1 > a0:
+        for j in range(a0, a1, 32):
+            seg = above[j:min(j + 32, a1)]
+            seg = np.concatenate([seg, np.zeros(32 - seg.size, bool)])
+            span = int(np.packbits(seg, bitorder="little").view("<u4")[0])
+            if span:
+                off = j & 31
+                words[j >> 5] |= (span << off) & 0xFFFFFFFF
+                if off:
+                    words[(j >> 5) + 1] |= span >> (32 - off)
+    assert not any(w >> 32 for w in words) and not words[-1], "a bit past the slice"
+    packed = np.array(words, dtype="<u4").view(np.uint8)
+    return np.unpackbits(packed, bitorder="little")[:above.size].astype(bool)
+
+
 def emulate_row(x_row: np.ndarray, row: int, stride0: int, begin: int, end: int, k: int, cluster: int, stage_cap: int,
                 vec: int):
     """The kernel on one row: x_row is the whole logits row (float32 values); returns int32 [k]."""
@@ -106,14 +132,18 @@ def emulate_row(x_row: np.ndarray, row: int, stride0: int, begin: int, end: int,
     coarse_shift = 32 - COARSE_BITS
     hist0 = []
     for c in ctas:
-        live = c["keys"][c["keys"] != 0]
-        hist0.append(np.bincount((live >> coarse_shift).astype(np.int64), minlength=1 << COARSE_BITS))
+        # Every staged key is counted, key 0 (NaN, -inf, the lanes past the slice) in bin 0, which no
+        # choosable key shares and which is cleared before the sums.
+        h = np.bincount((c["keys"][c["lo"]:] >> coarse_shift).astype(np.int64), minlength=1 << COARSE_BITS)
+        assert int(h[0]) == int((c["keys"][c["lo"]:] == 0).sum()), "a choosable key in bin 0"
+        h[0] = 0
+        hist0.append(h)
     bin0, rem0, total = cluster_pick(hist0, 64, k)
     take_all = total <= k
     for c, h in zip(ctas, hist0):
         key = c["keys"]
         b = key >> coarse_shift
-        c["chosen"] = (key != 0) & (take_all | (b > bin0))
+        c["chosen"] = gathered_bits(c, (key != 0) & (take_all | (b > bin0)), vec)
         c["equal"] = np.zeros(key.size, dtype=bool)
         c["listed"] = (not take_all) and int(h[bin0]) <= CANDIDATES
         in_bin = np.nonzero((key != 0) & (b == bin0) & (not take_all))[0]

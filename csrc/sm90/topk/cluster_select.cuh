@@ -6,14 +6,15 @@
 //            in flight at once and no registers hold it; a few threads load the unaligned head and tail.
 //   coarse:  as each piece lands, the CTA histograms the top kCoarseBits bits of its choosable keys
 //            (common/indexer_topk_params.h: topk_key; key 0, NaN and -inf, is skipped) in shared
-//            memory with warp-aggregated atomics (one atomic per distinct bin of a warp).
+//            memory, one increment per key (the atomic unit sums the lanes of one address).
 //   pick:    every CTA reads the cluster's histograms through distributed shared memory and sums them,
 //            in two steps (the sums of groups of bins, then the bins of the one group that holds the
 //            wanted key), and fixes the bin holding the row's k-th largest key. Every CTA computes the
 //            same integer sums, so all of them take the same decisions.
 //   gather:  one pass over the staged keys: a key above that bin is chosen (a bit in the CTA's chosen
-//            bitmap); the bin's keys are listed as candidates when the CTA's own count of the bin
-//            fits kCandidates (else the fine passes read all the staged keys instead).
+//            bitmap, the bits of 32 consecutive keys combined across lanes before one OR); the bin's
+//            keys are listed as candidates (one slot reservation per warp step) when the CTA's own
+//            count of the bin fits kCandidates (else the fine passes read all the staged keys instead).
 //   fine:    two histogram passes over the candidates, of the next kFineBits bits of the keys that
 //            match the bits fixed so far, each summed over the cluster as above, fix the k-th largest
 //            key T exactly and `need_equal`, how many keys equal to T the top k holds. The bin's keys
@@ -25,6 +26,8 @@
 //            each chosen key its slot, the number of chosen keys before it in the row. The output is
 //            the column order whatever the thread timing: bitwise reproducible.
 //   The last CTA writes -1 (and -inf values) to the slots past the chosen ones.
+//   The fine histograms and the candidate list reuse the coarse histogram's shared memory once every
+//   CTA of the cluster has picked from it (a cluster barrier between pick and gather).
 //
 // Preconditions (the launcher's plan): stride1 == 1, and the staging buffer holds ceil(window / C)
 // rounded up to the vector width, plus one vector.
@@ -60,18 +63,31 @@ constexpr int kFineGroup = 32;
 // (near-equal logits) runs the fine passes over all its staged keys instead.
 constexpr int kCandidates = 1024;
 constexpr int kPieceBytes = 16384;
+// The register budget leaves room for this many CTAs per SM (48 registers, no spills; shared memory
+// holds 6 with a 4096-key float32 slice): the cluster barriers and remote reads of one CTA are hidden
+// by the others' passes over their keys.
+constexpr int kMinCtasPerSm = 5;
 constexpr int kMaxPieces = 16;
 
-struct SharedState {
-  uint32_t hist0[kCoarseBins];
+// The coarse histogram is dead once the whole cluster has picked from it, so the fine histograms and
+// the candidate list take its place: the smaller state lets more CTAs share an SM, which hides the
+// latency of the cluster barriers and remote reads of each CTA behind the others' work.
+struct FineState {
   uint32_t hist1[kFineBins];
   uint32_t hist2[kFineBins];
+  uint32_t cand_key[kCandidates];  // the keys of the threshold bin and their staged indices
+  uint32_t cand_idx[kCandidates];
+};
+static_assert(sizeof(FineState) <= kCoarseBins * sizeof(uint32_t), "the fine state fits the coarse histogram");
+struct SharedState {
+  union {
+    uint32_t hist0[kCoarseBins];
+    FineState fine;
+  };
   uint32_t group0[kCoarseBins / kCoarseGroup];
   uint32_t group1[kFineBins / kFineGroup];
   uint32_t group2[kFineBins / kFineGroup];
   uint32_t reduced[64];  // the cluster's sums of the groups, then of one group's bins
-  uint32_t cand_key[kCandidates];  // the keys of the threshold bin and their staged indices
-  uint32_t cand_idx[kCandidates];
   uint32_t n_cand;
   uint32_t cta_above, cta_equal;    // this CTA's keys above and equal to T, read by the later CTAs
   uint32_t base_above, base_equal;  // those of the CTAs before this one
@@ -110,16 +126,6 @@ __device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
 }
 __device__ __forceinline__ float value_of(float v) { return v; }
 __device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
-
-// Adds 1 to hist[bin] for every lane of the warp whose bin is not 0, one atomic per distinct bin: the
-// keys of a row crowd into few bins, and same-address shared atomics serialise. The coarse pass: bin 0
-// is the bin of key 0 (NaN, -inf), which no choosable key shares (the smallest, -FLT_MAX, is in bin 8),
-// so no vote is needed to leave those lanes out.
-__device__ __forceinline__ void warp_count_nonzero(uint32_t* hist, uint32_t bin) {
-  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin);
-  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
-  if (bin != 0u && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
-}
 
 // Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin; a warp
 // with no such lane (the fine passes: most hold no key of the fixed prefix) skips the match.
@@ -172,6 +178,93 @@ __device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e
   for (int b = e0; b < e1; b += kThreads) {
     const int j = b + int(threadIdx.x);
     f(j < e1 ? key_of<Elem>(stage[j]) : 0u, j);
+  }
+}
+
+// The coarse histogram of the staged elements [e0, e1) (multiples of the vector width), 16 bytes per
+// thread per step. A key adds 1 to its bin with a plain shared atomic: an add of 1 whose result is
+// unused is one ATOMS.POPC.INC, which sums the lanes that share an address in the atomic unit, so no
+// per-key match is needed. A step whose keys all fall in one bin (a row of near-equal logits) adds
+// them with one atomic. Bin 0 is the bin of key 0 (NaN, -inf, and the lanes past e1), which no
+// choosable key shares (the smallest, -FLT_MAX, is in bin 8): it counts them too, which keeps the
+// loop free of branches, and the caller clears it afterwards. The lanes past e1 read all-ones bits, a
+// NaN in either format (key 0); zero bits would be +0.0, a choosable key.
+template <typename Elem>
+__device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, int e1, uint32_t* hist) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  for (int b = e0; b < e1; b += kThreads * kVec) {
+    const int j = b + int(threadIdx.x) * kVec;
+    const bool live = j < e1;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
+    uint32_t keys[kVec];
+    keys_of(raw, keys);
+    const uint32_t lead = __shfl_sync(0xFFFFFFFFu, keys[0] >> (32 - kCoarseBits), 0);
+    bool one_bin = true;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) one_bin = one_bin && (keys[u] >> (32 - kCoarseBits)) == lead;
+    if (__all_sync(0xFFFFFFFFu, one_bin)) {
+      if ((threadIdx.x & 31) == 0) atomicAdd(&hist[lead], 32u * kVec);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) atomicAdd(&hist[keys[u] >> (32 - kCoarseBits)], 1u);
+    }
+  }
+}
+
+// The gather over the staged elements [e0, e1) (multiples of the vector width), 16 bytes per thread
+// per step: sets bits[j] for the keys `chosen` accepts and, when `listed`, appends the keys
+// `candidate` accepts (and their indices) to the candidate list. The lanes that cover 32 consecutive
+// elements combine their bits by shuffles and one of them ORs them in (two words when the span
+// straddles a word boundary), and a warp reserves the list slots of its whole step with one atomic,
+// instead of an atomic per key. The list's order is the lanes' arrival order; nothing downstream
+// depends on it.
+template <typename Elem, typename C, typename D>
+__device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
+                                                   bool listed, D&& candidate, SharedState& s) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kSpan = 32 / kVec;  // lanes per 32 elements
+  const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  for (int b = e0; b < e1; b += kThreads * kVec) {
+    const int j = b + int(threadIdx.x) * kVec;
+    const bool live = j < e1;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    uint32_t keys[kVec];
+    keys_of(raw, keys);
+    uint32_t mine = 0;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(live && chosen(keys[u])) << u;
+    uint32_t span = mine << ((lane % kSpan) * kVec);
+#pragma unroll
+    for (int d = 1; d < kSpan; d <<= 1) span |= __shfl_xor_sync(0xFFFFFFFFu, span, d);
+    if (lane % kSpan == 0 && span != 0u) {
+      const int off = j & 31;
+      atomicOr(&bits[j >> 5], span << off);
+      if (off != 0 && (span >> (32 - off)) != 0u) atomicOr(&bits[(j >> 5) + 1], span >> (32 - off));
+    }
+    if (listed) {
+      uint32_t takers[kVec];
+      uint32_t step_total = 0;
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        takers[u] = __ballot_sync(0xFFFFFFFFu, live && candidate(keys[u]));
+        step_total += __popc(takers[u]);
+      }
+      if (step_total != 0u) {
+        uint32_t base = 0;
+        if (lane == 0) base = atomicAdd(&s.n_cand, step_total);
+        base = __shfl_sync(0xFFFFFFFFu, base, 0);
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          if ((takers[u] >> lane) & 1u) {
+            const uint32_t slot = base + __popc(takers[u] & lanes_below);
+            s.fine.cand_key[slot] = keys[u];
+            s.fine.cand_idx[slot] = static_cast<uint32_t>(j + u);
+          }
+          base += __popc(takers[u]);
+        }
+      }
+    }
   }
 }
 
@@ -293,7 +386,8 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // kThreads, clusters of C along x; dynamic shared memory: smem_bytes(stage_capacity, sizeof(Elem)),
 // where stage_capacity >= ceil(window / C) rounded up to the vector width, plus one vector.
 template <typename Elem>
-__global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerRowParams p, const int stage_capacity) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    cluster_select_kernel(const TopkPerRowParams p, const int stage_capacity) {
   namespace cg = cooperative_groups;
   constexpr int kVec = 16 / sizeof(Elem);
   constexpr int kPieceElems = kPieceBytes / sizeof(Elem);
@@ -342,10 +436,6 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
       for (int i = a1 + lane; i < hi; i += 32) stage[i] = aligned_src[i];
   }
   for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
-  for (int i = t; i < kFineBins; i += kThreads) {
-    s.hist1[i] = 0;
-    s.hist2[i] = 0;
-  }
   {
     uint32_t* bits = reinterpret_cast<uint32_t*>(smem + bitmap_offset(stage_capacity, sizeof(Elem)));
     for (int64_t i = t; i < 2 * bitmap_words(stage_capacity); i += kThreads) bits[i] = 0;
@@ -354,15 +444,17 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   __syncthreads();
 
   // ---- coarse: piece by piece as they land, then the unaligned head and tail ----
-  const auto count_coarse = [&](uint32_t key, int) { warp_count_nonzero(s.hist0, key >> (32 - kCoarseBits)); };
+  const auto count_coarse = [&](uint32_t key, int) { atomicAdd(&s.hist0[key >> (32 - kCoarseBits)], 1u); };
   for (int i = 0; i < pieces; ++i) {
     mbar_wait(&s.bars[i], 0);
-    for_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), count_coarse);
+    coarse_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), s.hist0);
   }
   // The elements no bulk copy brought: all of a slice shorter than two vectors.
   const int head_end = pieces > 0 ? a0 : hi;
   for_single_keys(stage, lo, head_end, count_coarse);
   if (pieces > 0) for_single_keys(stage, a1, hi, count_coarse);
+  __syncthreads();
+  if (t == 0) s.hist0[0] = 0;  // the unchosen keys' bin
   __syncthreads();
   group_sums<kCoarseBins, kCoarseGroup>(s.hist0, s.group0);
   cl.sync();  // every CTA's histogram and group sums are complete (and every CTA of the cluster runs)
@@ -377,12 +469,23 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   const int words = (hi + 31) / 32;
   const uint32_t bin0 = coarse.bin;
   const bool listed = !take_all && s.hist0[bin0] <= kCandidates;  // this CTA's own count of the bin
-  const auto gather = [&](uint32_t key, int j) {
-    const uint32_t bin = key >> (32 - kCoarseBits);
-    const bool above = key != 0u && (take_all || bin > bin0);
-    if (above) atomicOr(&chosen_bits[j >> 5], 1u << (j & 31));
+  // Every CTA of the cluster is done reading the coarse histograms (this one's included) before the
+  // fine state overwrites them.
+  cluster_arrive();
+  cluster_wait();
+  for (int i = t; i < kFineBins; i += kThreads) {
+    s.fine.hist1[i] = 0;
+    s.fine.hist2[i] = 0;
+  }
+  const auto is_above = [&](uint32_t key) {
+    return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
+  };
+  const auto is_candidate = [&](uint32_t key) {
+    return key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
+  };
+  const auto list = [&](uint32_t key, int j) {
     if (listed) {
-      const bool in_bin = key != 0u && !take_all && bin == bin0;
+      const bool in_bin = is_candidate(key);
       const uint32_t takers = __ballot_sync(0xFFFFFFFFu, in_bin);
       if (takers != 0u) {
         const int leader = __ffs(takers) - 1;
@@ -391,14 +494,18 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
         base = __shfl_sync(0xFFFFFFFFu, base, leader);
         if (in_bin) {
           const uint32_t slot = base + __popc(takers & ((1u << lane) - 1u));
-          s.cand_key[slot] = key;
-          s.cand_idx[slot] = static_cast<uint32_t>(j);
+          s.fine.cand_key[slot] = key;
+          s.fine.cand_idx[slot] = static_cast<uint32_t>(j);
         }
       }
     }
   };
+  const auto gather = [&](uint32_t key, int j) {
+    if (is_above(key)) atomicOr(&chosen_bits[j >> 5], 1u << (j & 31));
+    list(key, j);
+  };
   if (pieces > 0) {
-    for_vector_keys(stage, a0, a1, gather);
+    gather_vector_keys(stage, a0, a1, chosen_bits, is_above, listed, is_candidate, s);
     for_single_keys(stage, a1, hi, gather);
   }
   for_single_keys(stage, lo, head_end, gather);
@@ -410,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
   if (!take_all) {  // the same in every CTA of the cluster: the cluster barriers below match
     uint32_t prefix = bin0, wanted = coarse.remaining;  // the fixed top bits, as a number
     int fixed = kCoarseBits;
-    uint32_t* hists[2] = {s.hist1, s.hist2};
+    uint32_t* hists[2] = {s.fine.hist1, s.fine.hist2};
     uint32_t* groups[2] = {s.group1, s.group2};
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
@@ -422,7 +529,7 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
       if (listed) {
         for (int b = 0; b < candidates; b += kThreads) {
           const int c = b + t;
-          count_fine(c < candidates ? s.cand_key[c] : 0u, 0);
+          count_fine(c < candidates ? s.fine.cand_key[c] : 0u, 0);
         }
       } else {
         if (pieces > 0) {
@@ -448,7 +555,8 @@ __global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerR
         atomicOr(&(key > threshold ? chosen_bits : equal_bits)[j >> 5], 1u << (j & 31));
     };
     if (listed) {
-      for (int c = t; c < candidates; c += kThreads) mark(s.cand_key[c], static_cast<int>(s.cand_idx[c]));
+      for (int c = t; c < candidates; c += kThreads)
+        mark(s.fine.cand_key[c], static_cast<int>(s.fine.cand_idx[c]));
     } else {
       if (pieces > 0) {
         for_vector_keys(stage, a0, a1, mark);

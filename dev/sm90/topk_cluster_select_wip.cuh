@@ -1,0 +1,536 @@
+// A copy of the cluster kernel as it was before the coarse pass dropped the per-key match (one
+// MATCH.ANY per key, an atomic per distinct bin of a warp), kept in the dev tree so that
+// topk_microbench.cu can time both in one run. Not shipped; namespace cluster_select_wip.
+// The top-k kernel for rows held in shared memory: a cluster of C CTAs (1 <= C <= 8) per row, CTA c
+// holding the c-th of C contiguous slices of the row's window, which it reads from global memory once.
+//
+//   load:    one thread issues bulk copies (cp.async.bulk, 16 KiB pieces, each completing its own
+//            mbarrier) of the slice's 16-byte-aligned middle into shared memory, so the whole slice is
+//            in flight at once and no registers hold it; a few threads load the unaligned head and tail.
+//   coarse:  as each piece lands, the CTA histograms the top kCoarseBits bits of its choosable keys
+//            (common/indexer_topk_params.h: topk_key; key 0, NaN and -inf, is skipped) in shared
+//            memory with warp-aggregated atomics (one atomic per distinct bin of a warp).
+//   pick:    every CTA reads the cluster's histograms through distributed shared memory and sums them,
+//            in two steps (the sums of groups of bins, then the bins of the one group that holds the
+//            wanted key), and fixes the bin holding the row's k-th largest key. Every CTA computes the
+//            same integer sums, so all of them take the same decisions.
+//   gather:  one pass over the staged keys: a key above that bin is chosen (a bit in the CTA's chosen
+//            bitmap); the bin's keys are listed as candidates when the CTA's own count of the bin
+//            fits kCandidates (else the fine passes read all the staged keys instead).
+//   fine:    two histogram passes over the candidates, of the next kFineBits bits of the keys that
+//            match the bits fixed so far, each summed over the cluster as above, fix the k-th largest
+//            key T exactly and `need_equal`, how many keys equal to T the top k holds. The bin's keys
+//            above T join the chosen bitmap, those equal to T an equal bitmap. A row with at most k
+//            choosable keys takes them all (T = 0).
+//   emit:    the CTA's counts of chosen and equal keys go to the cluster, and CTA c adds those of the
+//            CTAs before it. A key equal to T is kept while fewer than need_equal of them precede it
+//            in column order (the lower columns win the tie); block scans over the bitmap words give
+//            each chosen key its slot, the number of chosen keys before it in the row. The output is
+//            the column order whatever the thread timing: bitwise reproducible.
+//   The last CTA writes -1 (and -inf values) to the slots past the chosen ones.
+//
+// Preconditions (the launcher's plan): stride1 == 1, and the staging buffer holds ceil(window / C)
+// rounded up to the vector width, plus one vector.
+#pragma once
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+#include "common/indexer_topk_params.h"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/tma.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace topk {
+namespace cluster_select_wip {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxCluster = 8;  // the portable cluster size
+constexpr int kCoarseBits = 12;
+constexpr int kFineBits = 10;
+static_assert(kCoarseBits + 2 * kFineBits == 32, "three passes fix the whole key");
+constexpr int kCoarseBins = 1 << kCoarseBits;
+constexpr int kFineBins = 1 << kFineBits;
+// Bins per group in the two-step cluster sum: 64 groups of 64 coarse bins, 32 groups of 32 fine bins.
+constexpr int kCoarseGroup = 64;
+constexpr int kFineGroup = 32;
+// The keys of the threshold's coarse bin a CTA lists for the fine passes; a CTA whose bin holds more
+// (near-equal logits) runs the fine passes over all its staged keys instead.
+constexpr int kCandidates = 1024;
+constexpr int kPieceBytes = 16384;
+constexpr int kMaxPieces = 16;
+
+struct SharedState {
+  uint32_t hist0[kCoarseBins];
+  uint32_t hist1[kFineBins];
+  uint32_t hist2[kFineBins];
+  uint32_t group0[kCoarseBins / kCoarseGroup];
+  uint32_t group1[kFineBins / kFineGroup];
+  uint32_t group2[kFineBins / kFineGroup];
+  uint32_t reduced[64];  // the cluster's sums of the groups, then of one group's bins
+  uint32_t cand_key[kCandidates];  // the keys of the threshold bin and their staged indices
+  uint32_t cand_idx[kCandidates];
+  uint32_t n_cand;
+  uint32_t cta_above, cta_equal;    // this CTA's keys above and equal to T, read by the later CTAs
+  uint32_t base_above, base_equal;  // those of the CTAs before this one
+  uint32_t pick_index, pick_remaining, pick_total;
+  alignas(8) uint64_t bars[kMaxPieces];
+  typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
+};
+// The staging buffer follows the state, 128-byte aligned; the two emit bitmaps (one bit per staged
+// element each) follow the staging buffer.
+constexpr size_t kStageOffset = (sizeof(SharedState) + 127) / 128 * 128;
+__host__ __device__ constexpr int64_t bitmap_words(int64_t stage_elems) { return (stage_elems + 31) / 32; }
+__host__ __device__ constexpr int64_t bitmap_offset(int64_t stage_elems, int64_t elem_bytes) {
+  return int64_t(kStageOffset) + (stage_elems * elem_bytes + 15) / 16 * 16;
+}
+__host__ __device__ constexpr int64_t smem_bytes(int64_t stage_elems, int64_t elem_bytes) {
+  return bitmap_offset(stage_elems, elem_bytes) + 2 * 4 * bitmap_words(stage_elems);
+}
+
+// topk_key in fewer instructions: adding +0.0 turns -0.0 into +0.0 (and leaves NaN a NaN), the sign
+// flip orders the bits, and one unsigned range test drops -inf (key 0x007FFFFF), the NaNs of either
+// sign (keys below it or above +inf's 0xFF800000) and nothing else.
+__device__ __forceinline__ uint32_t fast_key(float v) {
+  const uint32_t u = __float_as_uint(__fadd_rn(v, 0.0f));
+  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return key - 0x00800000u <= 0xFF800000u - 0x00800000u ? key : 0u;
+}
+template <typename Elem>
+__device__ __forceinline__ uint32_t key_of(Elem v);
+template <>
+__device__ __forceinline__ uint32_t key_of<float>(float v) {
+  return fast_key(v);
+}
+template <>
+__device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
+  return fast_key(__uint_as_float(static_cast<uint32_t>(bits) << 16));
+}
+__device__ __forceinline__ float value_of(float v) { return v; }
+__device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
+
+// Adds 1 to hist[bin] for every lane of the warp whose bin is not 0, one atomic per distinct bin: the
+// keys of a row crowd into few bins, and same-address shared atomics serialise. The coarse pass: bin 0
+// is the bin of key 0 (NaN, -inf), which no choosable key shares (the smallest, -FLT_MAX, is in bin 8),
+// so no vote is needed to leave those lanes out.
+__device__ __forceinline__ void warp_count_nonzero(uint32_t* hist, uint32_t bin) {
+  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin);
+  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  if (bin != 0u && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+}
+
+// Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin; a warp
+// with no such lane (the fine passes: most hold no key of the fixed prefix) skips the match.
+__device__ __forceinline__ void warp_count(uint32_t* hist, uint32_t bin, bool count) {
+  const uint32_t voters = __ballot_sync(0xFFFFFFFFu, count);
+  if (voters == 0u) return;
+  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, bin) & voters;
+  const uint32_t lanes_below = (1u << (threadIdx.x & 31)) - 1u;
+  if (count && (peers & lanes_below) == 0u) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+}
+
+// The keys of 16 staged bytes: 4 float32 or 8 bfloat16 logits, in column order.
+__device__ __forceinline__ void keys_of(const uint4 raw, uint32_t (&keys)[4]) {
+  keys[0] = fast_key(__uint_as_float(raw.x));
+  keys[1] = fast_key(__uint_as_float(raw.y));
+  keys[2] = fast_key(__uint_as_float(raw.z));
+  keys[3] = fast_key(__uint_as_float(raw.w));
+}
+__device__ __forceinline__ void keys_of(const uint4 raw, uint32_t (&keys)[8]) {
+  keys[0] = fast_key(__uint_as_float(raw.x << 16));
+  keys[1] = fast_key(__uint_as_float(raw.x & 0xFFFF0000u));
+  keys[2] = fast_key(__uint_as_float(raw.y << 16));
+  keys[3] = fast_key(__uint_as_float(raw.y & 0xFFFF0000u));
+  keys[4] = fast_key(__uint_as_float(raw.z << 16));
+  keys[5] = fast_key(__uint_as_float(raw.z & 0xFFFF0000u));
+  keys[6] = fast_key(__uint_as_float(raw.w << 16));
+  keys[7] = fast_key(__uint_as_float(raw.w & 0xFFFF0000u));
+}
+
+// Calls f(key, j) for the staged elements j in [e0, e1) (both multiples of the vector width), 16 bytes
+// per thread per step (conflict-free 128-bit shared loads). Every thread of the CTA makes the same
+// calls, so f may vote across the warp; a thread past e1 passes key 0 (never counted).
+template <typename Elem, typename F>
+__device__ __forceinline__ void for_vector_keys(const Elem* stage, int e0, int e1, F&& f) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  for (int b = e0; b < e1; b += kThreads * kVec) {
+    const int j = b + int(threadIdx.x) * kVec;
+    const bool live = j < e1;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    uint32_t keys[kVec];
+    keys_of(raw, keys);
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) f(live ? keys[u] : 0u, j + u);
+  }
+}
+
+// The same for any staged elements [e0, e1), one per thread per step (the unaligned head and tail).
+template <typename Elem, typename F>
+__device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e1, F&& f) {
+  for (int b = e0; b < e1; b += kThreads) {
+    const int j = b + int(threadIdx.x);
+    f(j < e1 ? key_of<Elem>(stage[j]) : 0u, j);
+  }
+}
+
+// Warp 0: over counts[0..kN) (kN = 32 or 64), the largest index i such that the counts at >= i sum to
+// at least `wanted`, and how many are still wanted at i; index 0 and remaining = wanted when the
+// counts sum to less.
+template <int kN>
+__device__ __forceinline__ void pick_from_top(const uint32_t* counts, uint32_t wanted, SharedState& s) {
+  constexpr int kPer = kN / 32;
+  const int lane = threadIdx.x & 31;
+  const int top = kN - lane * kPer - 1;  // lane 0 owns the largest indices
+  uint32_t lane_sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) lane_sum += counts[top - i];
+  uint32_t inclusive = lane_sum;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, delta);
+    if (lane >= delta) inclusive += up;
+  }
+  const uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
+  const uint32_t before = inclusive - lane_sum;
+  if (before < wanted && inclusive >= wanted) {
+    uint32_t above = before;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const uint32_t c = counts[top - i];
+      if (above < wanted && above + c >= wanted) {
+        s.pick_index = static_cast<uint32_t>(top - i);
+        s.pick_remaining = wanted - above;
+      }
+      above += c;
+    }
+  }
+  if (lane == 0) {
+    s.pick_total = total;
+    if (total < wanted) {
+      s.pick_index = 0;
+      s.pick_remaining = wanted;
+    }
+  }
+}
+
+// The sum of the word at `local`'s offset in the shared memory of CTAs 0 .. n - 1 of the cluster
+// (n <= kMaxCluster): all the remote loads issue before the first one is waited for.
+__device__ __forceinline__ uint32_t cluster_sum(const cooperative_groups::cluster_group& cl, uint32_t* local, int n) {
+  uint32_t v[kMaxCluster];
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) v[r] = r < n ? *cl.map_shared_rank(local, r) : 0u;
+  uint32_t sum = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) sum += v[r];
+  return sum;
+}
+
+struct Pick {
+  uint32_t bin;        // the bin holding the wanted-th largest key of the cluster's histogram
+  uint32_t remaining;  // keys still wanted inside it
+  uint32_t total;      // keys the cluster's histogram counts
+};
+
+// The whole cluster: picks from the sum over the cluster of `hist` (kBins counts, at the same offset
+// in every CTA) with `groups` (its sums over kGroup bins each). Every CTA returns the same Pick.
+template <int kBins, int kGroup>
+__device__ __forceinline__ Pick cluster_pick(const cooperative_groups::cluster_group& cl, SharedState& s,
+                                             uint32_t* hist, uint32_t* groups, uint32_t wanted) {
+  constexpr int kGroups = kBins / kGroup;
+  static_assert(kGroups <= 64 && kGroup <= 64 && kGroups >= 32 && kGroup >= 32, "pick_from_top's sizes");
+  const int n = static_cast<int>(cl.num_blocks());
+  const int t = threadIdx.x;
+  if (t < kGroups) {
+    s.reduced[t] = cluster_sum(cl, groups + t, n);
+  }
+  __syncthreads();
+  if (t < 32) pick_from_top<kGroups>(s.reduced, wanted, s);
+  __syncthreads();
+  Pick out;
+  out.total = s.pick_total;
+  const uint32_t group = s.pick_index;
+  const uint32_t in_group = s.pick_remaining;
+  __syncthreads();  // reduced and pick_* are rewritten
+  if (out.total < wanted) {
+    out.bin = 0;
+    out.remaining = wanted;
+    return out;
+  }
+  if (t < kGroup) {
+    s.reduced[t] = cluster_sum(cl, hist + group * kGroup + t, n);
+  }
+  __syncthreads();
+  if (t < 32) pick_from_top<kGroup>(s.reduced, in_group, s);
+  __syncthreads();
+  out.bin = group * kGroup + s.pick_index;
+  out.remaining = s.pick_remaining;
+  __syncthreads();
+  return out;
+}
+
+// groups[g] = sum of hist[g * kGroup .. (g + 1) * kGroup), warp by warp.
+template <int kBins, int kGroup>
+__device__ __forceinline__ void group_sums(const uint32_t* hist, uint32_t* groups) {
+  const int lane = threadIdx.x & 31;
+  for (int g = threadIdx.x / 32; g < kBins / kGroup; g += kWarps) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int j = lane; j < kGroup; j += 32) v += hist[g * kGroup + j];
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, delta);
+    if (lane == 0) groups[g] = v;
+  }
+}
+
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// Elem: float (float32 logits) or uint16_t (the bits of bfloat16 logits). Grid: rows x C CTAs of
+// kThreads, clusters of C along x; dynamic shared memory: smem_bytes(stage_capacity, sizeof(Elem)),
+// where stage_capacity >= ceil(window / C) rounded up to the vector width, plus one vector.
+template <typename Elem>
+__global__ void __launch_bounds__(kThreads) cluster_select_kernel(const TopkPerRowParams p, const int stage_capacity) {
+  namespace cg = cooperative_groups;
+  constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kPieceElems = kPieceBytes / sizeof(Elem);
+  const cg::cluster_group cl = cg::this_cluster();
+  const int n_cta = static_cast<int>(cl.num_blocks());
+  const int rank = static_cast<int>(cl.block_rank());
+  const int t = threadIdx.x;
+  const int lane = t & 31, warp = t >> 5;
+  extern __shared__ __align__(128) unsigned char smem[];
+  SharedState& s = *reinterpret_cast<SharedState*>(smem);
+  Elem* stage = reinterpret_cast<Elem*>(smem + kStageOffset);
+
+  const int64_t row = blockIdx.x / n_cta;
+  int64_t begin = 0, end = 0;
+  topk_row_window(p, row, &begin, &end);
+  const uint32_t k = static_cast<uint32_t>(p.k);
+  // The slice: columns [s0, s1). Slices start a multiple of kVec columns apart, so each has the same
+  // offset `mis` from a 16-byte boundary; column c is staged at stage[c - (s0 - mis)].
+  const int64_t chunk = ((end - begin + n_cta - 1) / n_cta + kVec - 1) / kVec * kVec;
+  const int64_t s0 = min(end, begin + rank * chunk);
+  const int64_t s1 = min(end, s0 + chunk);
+  const Elem* src = static_cast<const Elem*>(p.logits) + row * p.stride0 + s0;
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(src) % 16) / sizeof(Elem));
+  const Elem* aligned_src = src - mis;  // 16-byte aligned; stage[i] is aligned_src[i]
+  const int64_t base_col = s0 - mis;
+  const int lo = mis, hi = mis + static_cast<int>(s1 - s0);
+  const int a0 = (lo + kVec - 1) / kVec * kVec, a1 = hi / kVec * kVec;  // the bulk-copied middle
+  const int pieces = a1 > a0 ? (a1 - a0 + kPieceElems - 1) / kPieceElems : 0;
+
+  // ---- load: bulk copies of the middle, plain loads of the head and tail ----
+  if (t == 0) {
+    for (int i = 0; i < pieces; ++i) mbar_init(&s.bars[i], 1);
+    fence_barrier_init();
+    for (int i = 0; i < pieces; ++i) {
+      const int e0 = a0 + i * kPieceElems;
+      const uint32_t bytes = static_cast<uint32_t>(min(kPieceElems, a1 - e0)) * sizeof(Elem);
+      mbar_arrive_expect_tx(&s.bars[i], bytes);
+      bulk_copy_to_shared(stage + e0, aligned_src + e0, bytes, &s.bars[i]);
+    }
+  }
+  if (warp == 1) {
+    // Without a bulk-copied middle the slice is shorter than two vectors: all of it is head.
+    const int head_stop = pieces > 0 ? a0 : hi;
+    for (int i = lo + lane; i < head_stop; i += 32) stage[i] = aligned_src[i];
+    if (pieces > 0)
+      for (int i = a1 + lane; i < hi; i += 32) stage[i] = aligned_src[i];
+  }
+  for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
+  for (int i = t; i < kFineBins; i += kThreads) {
+    s.hist1[i] = 0;
+    s.hist2[i] = 0;
+  }
+  {
+    uint32_t* bits = reinterpret_cast<uint32_t*>(smem + bitmap_offset(stage_capacity, sizeof(Elem)));
+    for (int64_t i = t; i < 2 * bitmap_words(stage_capacity); i += kThreads) bits[i] = 0;
+  }
+  if (t == 0) s.n_cand = 0;
+  __syncthreads();
+
+  // ---- coarse: piece by piece as they land, then the unaligned head and tail ----
+  const auto count_coarse = [&](uint32_t key, int) { warp_count_nonzero(s.hist0, key >> (32 - kCoarseBits)); };
+  for (int i = 0; i < pieces; ++i) {
+    mbar_wait(&s.bars[i], 0);
+    for_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), count_coarse);
+  }
+  // The elements no bulk copy brought: all of a slice shorter than two vectors.
+  const int head_end = pieces > 0 ? a0 : hi;
+  for_single_keys(stage, lo, head_end, count_coarse);
+  if (pieces > 0) for_single_keys(stage, a1, hi, count_coarse);
+  __syncthreads();
+  group_sums<kCoarseBins, kCoarseGroup>(s.hist0, s.group0);
+  cl.sync();  // every CTA's histogram and group sums are complete (and every CTA of the cluster runs)
+  const Pick coarse = cluster_pick<kCoarseBins, kCoarseGroup>(cl, s, s.hist0, s.group0, k);
+  const bool take_all = coarse.total <= k;
+
+  // ---- gather: the keys above the threshold's bin are chosen (chosen bitmap); those of the bin are
+  // listed as candidates when they fit ----
+  const int64_t stage_elems = stage_capacity;
+  uint32_t* chosen_bits = reinterpret_cast<uint32_t*>(smem + bitmap_offset(stage_elems, sizeof(Elem)));
+  uint32_t* equal_bits = chosen_bits + bitmap_words(stage_elems);
+  const int words = (hi + 31) / 32;
+  const uint32_t bin0 = coarse.bin;
+  const bool listed = !take_all && s.hist0[bin0] <= kCandidates;  // this CTA's own count of the bin
+  const auto gather = [&](uint32_t key, int j) {
+    const uint32_t bin = key >> (32 - kCoarseBits);
+    const bool above = key != 0u && (take_all || bin > bin0);
+    if (above) atomicOr(&chosen_bits[j >> 5], 1u << (j & 31));
+    if (listed) {
+      const bool in_bin = key != 0u && !take_all && bin == bin0;
+      const uint32_t takers = __ballot_sync(0xFFFFFFFFu, in_bin);
+      if (takers != 0u) {
+        const int leader = __ffs(takers) - 1;
+        uint32_t base = 0;
+        if (lane == leader) base = atomicAdd(&s.n_cand, static_cast<uint32_t>(__popc(takers)));
+        base = __shfl_sync(0xFFFFFFFFu, base, leader);
+        if (in_bin) {
+          const uint32_t slot = base + __popc(takers & ((1u << lane) - 1u));
+          s.cand_key[slot] = key;
+          s.cand_idx[slot] = static_cast<uint32_t>(j);
+        }
+      }
+    }
+  };
+  if (pieces > 0) {
+    for_vector_keys(stage, a0, a1, gather);
+    for_single_keys(stage, a1, hi, gather);
+  }
+  for_single_keys(stage, lo, head_end, gather);
+  __syncthreads();
+  const int candidates = static_cast<int>(s.n_cand);
+
+  // ---- fine: the next 10 bits, twice, over the candidates (or all staged keys) of the fixed prefix ----
+  uint32_t threshold = 0, need_equal = 0;
+  if (!take_all) {  // the same in every CTA of the cluster: the cluster barriers below match
+    uint32_t prefix = bin0, wanted = coarse.remaining;  // the fixed top bits, as a number
+    int fixed = kCoarseBits;
+    uint32_t* hists[2] = {s.hist1, s.hist2};
+    uint32_t* groups[2] = {s.group1, s.group2};
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      const int shift = 32 - fixed - kFineBits;
+      uint32_t* hist = hists[pass];
+      const auto count_fine = [&](uint32_t key, int) {
+        warp_count(hist, (key >> shift) & (kFineBins - 1), key != 0u && (key >> (32 - fixed)) == prefix);
+      };
+      if (listed) {
+        for (int b = 0; b < candidates; b += kThreads) {
+          const int c = b + t;
+          count_fine(c < candidates ? s.cand_key[c] : 0u, 0);
+        }
+      } else {
+        if (pieces > 0) {
+          for_vector_keys(stage, a0, a1, count_fine);
+          for_single_keys(stage, a1, hi, count_fine);
+        }
+        for_single_keys(stage, lo, head_end, count_fine);
+      }
+      __syncthreads();
+      group_sums<kFineBins, kFineGroup>(hist, groups[pass]);
+      cl.sync();
+      const Pick fine = cluster_pick<kFineBins, kFineGroup>(cl, s, hist, groups[pass], wanted);
+      prefix = (prefix << kFineBits) | fine.bin;
+      wanted = fine.remaining;
+      fixed += kFineBits;
+    }
+    threshold = prefix;
+    need_equal = wanted;
+
+    // The bin's keys above T are chosen too; those equal to T are marked for the tie rule.
+    const auto mark = [&](uint32_t key, int j) {
+      if (key != 0u && key >= threshold && (key >> (32 - kCoarseBits)) == bin0)
+        atomicOr(&(key > threshold ? chosen_bits : equal_bits)[j >> 5], 1u << (j & 31));
+    };
+    if (listed) {
+      for (int c = t; c < candidates; c += kThreads) mark(s.cand_key[c], static_cast<int>(s.cand_idx[c]));
+    } else {
+      if (pieces > 0) {
+        for_vector_keys(stage, a0, a1, mark);
+        for_single_keys(stage, a1, hi, mark);
+      }
+      for_single_keys(stage, lo, head_end, mark);
+    }
+  }
+  __syncthreads();
+
+  // ---- emit: chosen columns in ascending order ----
+  // Thread t owns the bitmap words [t * per, (t + 1) * per): consecutive columns, thread after thread.
+  using BlockScan = cub::BlockScan<uint32_t, kThreads>;
+  auto& scan_storage = s.scan;
+  const int per = (words + kThreads - 1) / kThreads;
+  const int wb = min(words, t * per), we = min(words, wb + per);
+  uint32_t above = 0, equal = 0;
+  for (int w = wb; w < we; ++w) {
+    above += __popc(chosen_bits[w]);
+    equal += __popc(equal_bits[w]);
+  }
+  uint32_t equal_before = 0, equal_total = 0;
+  BlockScan(scan_storage).ExclusiveSum(equal, equal_before, equal_total);
+  __syncthreads();
+  uint32_t above_before = 0, above_total = 0;
+  BlockScan(scan_storage).ExclusiveSum(above, above_before, above_total);
+  if (t == 0) {
+    s.cta_above = above_total;
+    s.cta_equal = equal_total;
+  }
+  cl.sync();
+  if (t == 0) {
+    s.base_above = cluster_sum(cl, &s.cta_above, rank);
+    s.base_equal = cluster_sum(cl, &s.cta_equal, rank);
+  }
+  __syncthreads();
+  // The last read of another CTA's shared memory is done: arrive now, wait before exiting, so that no
+  // CTA leaves while another may still read its counts.
+  cluster_arrive();
+  // Keep the equal keys whose rank over the whole row (column order) is below need_equal; a chosen
+  // key's slot is the count of chosen keys before it: the earlier CTAs', then this CTA's in order.
+  uint32_t rank_equal = s.base_equal + equal_before;
+  uint32_t chosen_here = 0;
+  for (int w = wb; w < we; ++w) {
+    uint32_t e = equal_bits[w];
+    const uint32_t allowed = rank_equal < need_equal ? need_equal - rank_equal : 0u;
+    rank_equal += __popc(e);
+    while (static_cast<uint32_t>(__popc(e)) > allowed) e &= ~(0x80000000u >> __clz(e));  // drop the highest column
+    const uint32_t c = chosen_bits[w] | e;
+    chosen_bits[w] = c;
+    chosen_here += __popc(c);
+  }
+  uint32_t slot_before = 0, slot_total = 0;
+  __syncthreads();
+  BlockScan(scan_storage).ExclusiveSum(chosen_here, slot_before, slot_total);
+  uint32_t slot = s.base_above + min(s.base_equal, need_equal) + slot_before;
+  int32_t* out = p.indices + row * p.indices_stride;
+  float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
+  for (int w = wb; w < we && slot < k; ++w) {
+    uint32_t c = chosen_bits[w];
+    while (c != 0u && slot < k) {
+      const int j = w * 32 + __ffs(c) - 1;
+      c &= c - 1u;
+      out[slot] = static_cast<int32_t>(base_col + j);
+      if (vals != nullptr) vals[slot] = value_of(stage[j]);
+      ++slot;
+    }
+  }
+  if (rank == n_cta - 1) {
+    const uint32_t chosen = take_all ? coarse.total : k;
+    for (uint32_t i = chosen + t; i < k; i += kThreads) {
+      out[i] = -1;
+      if (vals != nullptr) vals[i] = -__int_as_float(0x7f800000);
+    }
+  }
+  cluster_wait();
+}
+
+}  // namespace cluster_select_wip
+}  // namespace topk
+}  // namespace sm90
+}  // namespace aiter
