@@ -144,6 +144,7 @@ def loader(monkeypatch):
 
     monkeypatch.setattr(native, "_cpu_ops", lambda: (cpu, "namespace"))
     monkeypatch.setattr(native, "_attached", set())
+    monkeypatch.setattr(native, "_resolved", {})
     monkeypatch.setattr(core, "get_family_module", get_family_module)
     monkeypatch.setattr(targets, "device_target", lambda device: "sm90" if torch.device(device).type == "cuda" else None)
     return cpu, asked
@@ -158,6 +159,25 @@ def test_a_prefill_gpu_call_loads_the_prefill_module_alone(loader):
     assert asked == [("prefill", "sm90")] * 2
     native.ops("topk", "cuda:0")
     assert asked[-1] == ("topk", "sm90")
+
+
+def test_a_repeated_call_is_resolved_once_per_device(loader, monkeypatch):
+    cpu, asked = loader
+    for _ in range(3):
+        assert native.ops("prefill", torch.device("cuda", 0)) == "namespace"
+    assert asked == [("prefill", "sm90")]
+    assert (("prefill", torch.device("cuda", 0))) in native._resolved
+    # "cuda" alone is the current device, which can change: never kept.
+    native.ops("prefill", torch.device("cuda"))
+    assert ("prefill", torch.device("cuda")) not in native._resolved
+    # A failed attach is not kept either: the next call asks again.
+    def fail(family, target):
+        raise RuntimeError("no compiler")
+    monkeypatch.setattr(core, "get_family_module", fail)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="no compiler"):
+            native.ops("paged", torch.device("cuda", 3))
+    assert ("paged", torch.device("cuda", 3)) not in native._resolved
 
 
 def test_a_cpu_call_or_a_gpu_without_a_backend_loads_no_gpu_module(loader, monkeypatch):

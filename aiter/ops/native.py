@@ -20,9 +20,14 @@ import torch
 
 _loaded = None  # (the CPU module object, its torch.ops namespace)
 # (id of the CPU module, family, device type, device index) of every device whose family module is
-# attached to that CPU module: the fast path of ops(family, device).
+# attached to that CPU module.
 _attached: set = set()
 _attach_lock = threading.Lock()
+# (family, device) -> the namespace, for the arguments a call has already resolved: every op call
+# goes through ops(), and a small GPU call's host time is a few microseconds, so a repeated call is
+# one dict lookup. Only devices with an index (a tensor's .device has one) and CPU devices are kept:
+# "cuda" alone means the current device, which can change.
+_resolved: dict = {}
 
 
 def _cpu_ops():
@@ -53,6 +58,16 @@ def ops(family: str | None = None, device=None):
 
     ``family`` ("prefill", "paged" or "topk") and ``device`` (where the call's tensors are): on a GPU,
     the family's kernels for that GPU are built or loaded first, once per process."""
+    namespace = _resolved.get((family, device))
+    if namespace is not None:
+        return namespace
+    namespace = _resolve(family, device)
+    if device is None or (isinstance(device, torch.device) and (device.type == "cpu" or device.index is not None)):
+        _resolved[(family, device)] = namespace
+    return namespace
+
+
+def _resolve(family, device):
     module, namespace = _cpu_ops()
     if family is None or device is None:
         return namespace
