@@ -26,8 +26,10 @@ from aiter.ops.fp8_paged_mqa_logits import fp8_paged_mqa_logits, get_paged_mqa_l
 __all__ = ["WORKSPACE_BYTES", "fp8_fp4_mqa_topk_indices", "fp8_fp4_paged_mqa_topk_indices", "fp8_mqa_topk_indices",
            "fp8_paged_mqa_topk_indices", "top_k_per_row_decode", "top_k_per_row_prefill"]
 
-# The fused ops' logits workspace: 64 MiB of float32 logits at a time, 1/8 of a 1024 x 131072 chunk's.
-WORKSPACE_BYTES = 64 << 20
+# The fused ops' logits workspace: 128 MiB of float32 logits at a time, 1/4 of a 1024 x 131072 chunk's.
+# Each chunk's logits and top-k launches end in a partly idle wave, so fewer chunks waste less: the
+# default weighs that against the memory the logits would take (docs/performance.md has the sizes).
+WORKSPACE_BYTES = 128 << 20
 # The largest k the top-k kernels serve (common/indexer_topk_params.h: kTopkMaxK).
 MAX_K = 4096
 
