@@ -217,7 +217,7 @@ __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, in
 // elements combine their bits by shuffles and one of them ORs them in (two words when the span
 // straddles a word boundary), and a warp reserves the list slots of its whole step with one atomic,
 // instead of an atomic per key. The list's order is the lanes' arrival order; nothing downstream
-// depends on it.
+// depends on it. The lanes past e1 read all-ones bits (key 0), which neither test accepts.
 template <typename Elem, typename C, typename D>
 __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
                                                    bool listed, D&& candidate, SharedState& s) {
@@ -228,12 +228,12 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
     const bool live = j < e1;
-    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
     uint32_t keys[kVec];
     keys_of(raw, keys);
     uint32_t mine = 0;
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(live && chosen(keys[u])) << u;
+    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(chosen(keys[u])) << u;
     uint32_t span = mine << ((lane % kSpan) * kVec);
 #pragma unroll
     for (int d = 1; d < kSpan; d <<= 1) span |= __shfl_xor_sync(0xFFFFFFFFu, span, d);
@@ -247,7 +247,7 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
       uint32_t step_total = 0;
 #pragma unroll
       for (int u = 0; u < kVec; ++u) {
-        takers[u] = __ballot_sync(0xFFFFFFFFu, live && candidate(keys[u]));
+        takers[u] = __ballot_sync(0xFFFFFFFFu, candidate(keys[u]));
         step_total += __popc(takers[u]);
       }
       if (step_total != 0u) {
@@ -477,12 +477,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     s.fine.hist1[i] = 0;
     s.fine.hist2[i] = 0;
   }
-  const auto is_above = [&](uint32_t key) {
-    return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
-  };
-  const auto is_candidate = [&](uint32_t key) {
-    return key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
-  };
+  // One compare per key each. Above bin0 means at least the first key of the next bin (the sum wraps
+  // to "none" past the top bin); taking all means every key but key 0. Without take_all, bin0 holds
+  // the k-th largest choosable key, so it is not bin 0 (cleared after the coarse pass) and no key of
+  // it is key 0; with take_all nothing is a candidate (no key's bin is kNoBin).
+  constexpr uint32_t kNoBin = ~0u;
+  const uint32_t above_from = take_all ? 0u : ((bin0 + 1u) << (32 - kCoarseBits)) - 1u;
+  const uint32_t candidate_bin = take_all ? kNoBin : bin0;
+  const auto is_above = [&](uint32_t key) { return key > above_from; };
+  const auto is_candidate = [&](uint32_t key) { return (key >> (32 - kCoarseBits)) == candidate_bin; };
   const auto list = [&](uint32_t key, int j) {
     if (listed) {
       const bool in_bin = is_candidate(key);
