@@ -363,18 +363,27 @@ __device__ __forceinline__ Pick cluster_pick(const cooperative_groups::cluster_g
   return out;
 }
 
-// groups[g] = sum of hist[g * kGroup .. (g + 1) * kGroup), warp by warp.
+// groups[g] = sum of hist[g * kGroup .. (g + 1) * kGroup). Each thread sums a run of consecutive bins
+// with 16-byte loads, then the threads of a group combine theirs by shuffles: a few instructions per
+// thread where a warp per group would take a shuffle tree per group. The runs' 16-byte chunks are
+// read in a rotated order so that the 8 lanes of a load phase hit distinct banks.
 template <int kBins, int kGroup>
 __device__ __forceinline__ void group_sums(const uint32_t* hist, uint32_t* groups) {
-  const int lane = threadIdx.x & 31;
-  for (int g = threadIdx.x / 32; g < kBins / kGroup; g += kWarps) {
-    uint32_t v = 0;
+  constexpr int kRun = kBins / kThreads;  // bins per thread
+  constexpr int kChunks = kRun / 4;       // 16-byte loads per thread
+  constexpr int kPerGroup = kGroup / kRun;  // threads per group
+  static_assert(kBins % kThreads == 0 && kRun % 4 == 0 && kGroup % kRun == 0, "a run is whole chunks of one group");
+  static_assert(kPerGroup >= 1 && kPerGroup <= 32 && (kPerGroup & (kPerGroup - 1)) == 0, "a group is a lane span");
+  const uint4* run = reinterpret_cast<const uint4*>(hist) + threadIdx.x * kChunks;
+  uint32_t v = 0;
 #pragma unroll
-    for (int j = lane; j < kGroup; j += 32) v += hist[g * kGroup + j];
-#pragma unroll
-    for (int delta = 16; delta > 0; delta >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, delta);
-    if (lane == 0) groups[g] = v;
+  for (int c = 0; c < kChunks; ++c) {
+    const uint4 q = run[(c + (threadIdx.x >> 1)) % kChunks];
+    v += q.x + q.y + q.z + q.w;
   }
+#pragma unroll
+  for (int delta = kPerGroup / 2; delta > 0; delta >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, delta);
+  if (threadIdx.x % kPerGroup == 0) groups[threadIdx.x / kPerGroup] = v;
 }
 
 __device__ __forceinline__ void cluster_arrive() {
