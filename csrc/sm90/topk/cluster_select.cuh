@@ -217,7 +217,7 @@ __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, in
 // elements combine their bits by shuffles and one of them ORs them in (two words when the span
 // straddles a word boundary), and a warp reserves the list slots of its whole step with one atomic,
 // instead of an atomic per key. The list's order is the lanes' arrival order; nothing downstream
-// depends on it.
+// depends on it. The lanes past e1 read all-ones bits (key 0), which neither test accepts.
 template <typename Elem, typename C, typename D>
 __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
                                                    bool listed, D&& candidate, SharedState& s) {
@@ -228,12 +228,12 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
     const bool live = j < e1;
-    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
     uint32_t keys[kVec];
     keys_of(raw, keys);
     uint32_t mine = 0;
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(live && chosen(keys[u])) << u;
+    for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(chosen(keys[u])) << u;
     uint32_t span = mine << ((lane % kSpan) * kVec);
 #pragma unroll
     for (int d = 1; d < kSpan; d <<= 1) span |= __shfl_xor_sync(0xFFFFFFFFu, span, d);
@@ -247,7 +247,7 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
       uint32_t step_total = 0;
 #pragma unroll
       for (int u = 0; u < kVec; ++u) {
-        takers[u] = __ballot_sync(0xFFFFFFFFu, live && candidate(keys[u]));
+        takers[u] = __ballot_sync(0xFFFFFFFFu, candidate(keys[u]));
         step_total += __popc(takers[u]);
       }
       if (step_total != 0u) {
@@ -363,18 +363,27 @@ __device__ __forceinline__ Pick cluster_pick(const cooperative_groups::cluster_g
   return out;
 }
 
-// groups[g] = sum of hist[g * kGroup .. (g + 1) * kGroup), warp by warp.
+// groups[g] = sum of hist[g * kGroup .. (g + 1) * kGroup). Each thread sums a run of consecutive bins
+// with 16-byte loads, then the threads of a group combine theirs by shuffles: a few instructions per
+// thread where a warp per group would take a shuffle tree per group. The runs' 16-byte chunks are
+// read in a rotated order so that the 8 lanes of a load phase hit distinct banks.
 template <int kBins, int kGroup>
 __device__ __forceinline__ void group_sums(const uint32_t* hist, uint32_t* groups) {
-  const int lane = threadIdx.x & 31;
-  for (int g = threadIdx.x / 32; g < kBins / kGroup; g += kWarps) {
-    uint32_t v = 0;
+  constexpr int kRun = kBins / kThreads;  // bins per thread
+  constexpr int kChunks = kRun / 4;       // 16-byte loads per thread
+  constexpr int kPerGroup = kGroup / kRun;  // threads per group
+  static_assert(kBins % kThreads == 0 && kRun % 4 == 0 && kGroup % kRun == 0, "a run is whole chunks of one group");
+  static_assert(kPerGroup >= 1 && kPerGroup <= 32 && (kPerGroup & (kPerGroup - 1)) == 0, "a group is a lane span");
+  const uint4* run = reinterpret_cast<const uint4*>(hist) + threadIdx.x * kChunks;
+  uint32_t v = 0;
 #pragma unroll
-    for (int j = lane; j < kGroup; j += 32) v += hist[g * kGroup + j];
-#pragma unroll
-    for (int delta = 16; delta > 0; delta >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, delta);
-    if (lane == 0) groups[g] = v;
+  for (int c = 0; c < kChunks; ++c) {
+    const uint4 q = run[(c + (threadIdx.x >> 1)) % kChunks];
+    v += q.x + q.y + q.z + q.w;
   }
+#pragma unroll
+  for (int delta = kPerGroup / 2; delta > 0; delta >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, delta);
+  if (threadIdx.x % kPerGroup == 0) groups[threadIdx.x / kPerGroup] = v;
 }
 
 __device__ __forceinline__ void cluster_arrive() {
@@ -477,12 +486,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     s.fine.hist1[i] = 0;
     s.fine.hist2[i] = 0;
   }
-  const auto is_above = [&](uint32_t key) {
-    return key != 0u && (take_all || (key >> (32 - kCoarseBits)) > bin0);
-  };
-  const auto is_candidate = [&](uint32_t key) {
-    return key != 0u && !take_all && (key >> (32 - kCoarseBits)) == bin0;
-  };
+  // One compare per key each. Above bin0 means at least the first key of the next bin (the sum wraps
+  // to "none" past the top bin); taking all means every key but key 0. Without take_all, bin0 holds
+  // the k-th largest choosable key, so it is not bin 0 (cleared after the coarse pass) and no key of
+  // it is key 0; with take_all nothing is a candidate (no key's bin is kNoBin).
+  constexpr uint32_t kNoBin = ~0u;
+  const uint32_t above_from = take_all ? 0u : ((bin0 + 1u) << (32 - kCoarseBits)) - 1u;
+  const uint32_t candidate_bin = take_all ? kNoBin : bin0;
+  const auto is_above = [&](uint32_t key) { return key > above_from; };
+  const auto is_candidate = [&](uint32_t key) { return (key >> (32 - kCoarseBits)) == candidate_bin; };
   const auto list = [&](uint32_t key, int j) {
     if (listed) {
       const bool in_bin = is_candidate(key);
