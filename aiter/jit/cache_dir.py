@@ -126,6 +126,15 @@ def _ancestors(path: Path) -> list:
     return found
 
 
+def _check_if_present(path, kind: str, allow_sticky: bool = False) -> bool:
+    """_check_owned on ``path`` when it exists (not following a link); returns whether it exists."""
+    st = _lstat(path)
+    if st is None:
+        return False
+    _check_owned(path, st, kind, allow_sticky)
+    return True
+
+
 def check_root(root: Path) -> bool:
     """Raise JitBuildError unless the cache root (when it exists) and every folder above it can be
     trusted; returns whether the root exists."""
@@ -137,31 +146,19 @@ def check_root(root: Path) -> bool:
         except OSError as e:
             raise JitBuildError(f"aiter: cannot inspect the JIT cache path {parent}: {e.strerror}") from e
         _check_ancestor(parent, st)
-    st = _lstat(root)
-    if st is None:
-        return False
-    _check_owned(root, st, "directory", allow_sticky=True)
-    return True
+    return _check_if_present(root, "directory", allow_sticky=True)
 
 
 def check_dir(path: Path) -> bool:
     """Raise JitBuildError unless ``path`` (a module or key folder) is ours and only ours to write;
     returns whether it exists."""
-    st = _lstat(path)
-    if st is None:
-        return False
-    _check_owned(path, st, "directory")
-    return True
+    return _check_if_present(path, "directory")
 
 
 def check_file(path: Path) -> bool:
     """Raise JitBuildError unless ``path`` (a library) is a regular file of ours that only we can
     write; returns whether it exists."""
-    st = _lstat(path)
-    if st is None:
-        return False
-    _check_owned(path, st, "file")
-    return True
+    return _check_if_present(path, "file")
 
 
 def make_dirs(path: Path, top: Path):
@@ -202,15 +199,19 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     return fd
 
 
-def write_file(path: Path, data: bytes):
-    """Write ``data`` to ``path`` (created 0600 or truncated), never through a symbolic link."""
-    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+def _write_and_close(fd: int, data: bytes):
+    """Write all of ``data`` to ``fd`` (os.write may take only part of it), then close ``fd``."""
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def write_file(path: Path, data: bytes):
+    """Write ``data`` to ``path`` (created 0600 or truncated), never through a symbolic link."""
+    _write_and_close(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), data)
 
 
 def read_file(path: Path, limit: int = 1 << 20) -> bytes:
@@ -251,17 +252,10 @@ def write_error(e: OSError, path, doing: str) -> JitBuildError:
 def replace_file(path: Path, data: bytes):
     """Make ``path`` hold ``data``: written to a new file beside it (O_EXCL, 0600) and renamed over
     it, so the old ``path`` is never opened. A symbolic link or foreign file there is refused."""
-    st = _lstat(path)
-    if st is not None:
-        _check_owned(path, st, "file")
+    check_file(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        _write_and_close(fd, data)
         os.replace(tmp, path)
     except BaseException:
         try:

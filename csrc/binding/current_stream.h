@@ -13,13 +13,16 @@
 
 namespace aiter {
 
-inline void* current_stream(const at::Device& device) {
+// By device index, as the entries' CurrentStreamFn (binding/gpu_backends.h) takes it, so that an entry
+// points at this function itself.
+inline void* current_stream(int device_index) {
+  const auto index = static_cast<c10::DeviceIndex>(device_index);
 #if defined(AITER_WITH_SM90)
-  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  return c10::cuda::getCurrentCUDAStream(index).stream();
 #elif defined(AITER_WITH_GFX950)
-  return at::hip::getCurrentHIPStream(device.index()).stream();
+  return at::hip::getCurrentHIPStream(index).stream();
 #else
-  (void)device;
+  (void)index;
   return nullptr;  // no GPU target: nothing launches
 #endif
 }

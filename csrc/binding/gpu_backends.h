@@ -86,6 +86,25 @@ struct GpuFamily {
   const TopkGpuBackend* topk;
 };
 
+// The export of a family's GPU module (binding/families/<target>_<family>.cpp) built for `target`
+// whose one entry is `entry`; the family follows from the entry's type. Constant expressions, so
+// that the export is initialised before any code of the module runs.
+constexpr GpuFamily gpu_family_of(const char* target, const char* family, const GpuBackend* prefill,
+                                  const PagedGpuBackend* paged, const TopkGpuBackend* topk) {
+  return {kGpuFamilyLayout,
+          {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend), sizeof(TopkGpuBackend)},
+          target, family, prefill, paged, topk};
+}
+constexpr GpuFamily gpu_family_of(const char* target, const GpuBackend* entry) {
+  return gpu_family_of(target, "prefill", entry, nullptr, nullptr);
+}
+constexpr GpuFamily gpu_family_of(const char* target, const PagedGpuBackend* entry) {
+  return gpu_family_of(target, "paged", nullptr, entry, nullptr);
+}
+constexpr GpuFamily gpu_family_of(const char* target, const TopkGpuBackend* entry) {
+  return gpu_family_of(target, "topk", nullptr, nullptr, entry);
+}
+
 // The entries attached so far, in attach order. Appends are serialised (the Python loader calls
 // them under its lock); a binding reads without a lock while another thread may attach, so an entry
 // is published by a release store of the count after it is written, and never changes afterwards.

@@ -9,10 +9,6 @@ namespace aiter {
 
 namespace {
 
-void* current_stream(int device_index) {
-  return aiter::current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-}
-
 const GpuBackend kEntry{
     "gfx950",
     describe_served(gfx950::kServedHeads, gfx950::kServedHeadDims),
@@ -28,12 +24,7 @@ const GpuBackend kEntry{
 }  // namespace
 
 const GpuFamily& gpu_family_export() {
-  static const GpuFamily exported{kGpuFamilyLayout,
-                                  {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend),
-                                   sizeof(TopkGpuBackend)},
-                                  "gfx950",
-                                  "prefill",
-                                  &kEntry, nullptr, nullptr};
+  static const GpuFamily exported = gpu_family_of("gfx950", &kEntry);
   return exported;
 }
 

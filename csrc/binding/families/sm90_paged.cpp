@@ -10,10 +10,6 @@ namespace aiter {
 
 namespace {
 
-void* current_stream(int device_index) {
-  return aiter::current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-}
-
 const PagedGpuBackend kEntry{
     "sm90",
     "H in " + describe_list(sm90::kServedPagedHeads) + ", D in " + describe_list(sm90::kServedPagedHeadDims) +
@@ -30,12 +26,7 @@ const PagedGpuBackend kEntry{
 }  // namespace
 
 const GpuFamily& gpu_family_export() {
-  static const GpuFamily exported{kGpuFamilyLayout,
-                                  {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend),
-                                   sizeof(TopkGpuBackend)},
-                                  "sm90",
-                                  "paged",
-                                  nullptr, &kEntry, nullptr};
+  static const GpuFamily exported = gpu_family_of("sm90", &kEntry);
   return exported;
 }
 

@@ -9,10 +9,6 @@ namespace aiter {
 
 namespace {
 
-void* current_stream(int device_index) {
-  return aiter::current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-}
-
 const GpuBackend kEntry{
     "sm90",
     describe_served(sm90::kServedHeads, sm90::kServedHeadDims),
@@ -28,12 +24,7 @@ const GpuBackend kEntry{
 }  // namespace
 
 const GpuFamily& gpu_family_export() {
-  static const GpuFamily exported{kGpuFamilyLayout,
-                                  {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend),
-                                   sizeof(TopkGpuBackend)},
-                                  "sm90",
-                                  "prefill",
-                                  &kEntry, nullptr, nullptr};
+  static const GpuFamily exported = gpu_family_of("sm90", &kEntry);
   return exported;
 }
 

@@ -9,21 +9,12 @@ namespace aiter {
 
 namespace {
 
-void* current_stream(int device_index) {
-  return aiter::current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index)));
-}
-
 const TopkGpuBackend kEntry{"sm90", &sm90::check_device, &current_stream, &sm90::topk::launch};
 
 }  // namespace
 
 const GpuFamily& gpu_family_export() {
-  static const GpuFamily exported{kGpuFamilyLayout,
-                                  {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend),
-                                   sizeof(TopkGpuBackend)},
-                                  "sm90",
-                                  "topk",
-                                  nullptr, nullptr, &kEntry};
+  static const GpuFamily exported = gpu_family_of("sm90", &kEntry);
   return exported;
 }
 

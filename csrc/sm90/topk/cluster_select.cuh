@@ -42,6 +42,7 @@
 #include "common/indexer_topk_params.h"
 #include "sm90/ptx/barrier.cuh"
 #include "sm90/ptx/tma.cuh"
+#include "sm90/topk/warp_suffix_scan.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -275,19 +276,11 @@ template <int kN>
 __device__ __forceinline__ void pick_from_top(const uint32_t* counts, uint32_t wanted, SharedState& s) {
   constexpr int kPer = kN / 32;
   const int lane = threadIdx.x & 31;
-  const int top = kN - lane * kPer - 1;  // lane 0 owns the largest indices
-  uint32_t lane_sum = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) lane_sum += counts[top - i];
-  uint32_t inclusive = lane_sum;
-#pragma unroll
-  for (int delta = 1; delta < 32; delta <<= 1) {
-    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, delta);
-    if (lane >= delta) inclusive += up;
-  }
-  const uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
-  const uint32_t before = inclusive - lane_sum;
-  if (before < wanted && inclusive >= wanted) {
+  const WarpSuffixScan scan = warp_suffix_scan<kN>(counts);  // lane 0 owns the largest indices
+  const int top = scan.top;
+  const uint32_t total = scan.total;
+  const uint32_t before = scan.before;
+  if (before < wanted && scan.inclusive >= wanted) {
     uint32_t above = before;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {

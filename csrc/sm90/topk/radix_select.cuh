@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "common/indexer_topk_params.h"
+#include "sm90/topk/warp_suffix_scan.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -63,19 +64,11 @@ struct SelectState {
 __device__ __forceinline__ void pick_digit(const uint32_t* hist, uint32_t wanted, SelectState* out) {
   const int lane = threadIdx.x & 31;
   // Lane l owns digits [kBins - (l + 1) * kBinsPerLane, kBins - l * kBinsPerLane): lane 0 the largest.
-  const int top = kBins - lane * kBinsPerLane - 1;
-  uint32_t lane_sum = 0;
-#pragma unroll
-  for (int i = 0; i < kBinsPerLane; ++i) lane_sum += hist[top - i];
-  uint32_t inclusive = lane_sum;
-#pragma unroll
-  for (int delta = 1; delta < 32; delta <<= 1) {
-    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, delta);
-    if (lane >= delta) inclusive += up;
-  }
-  const uint32_t total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
-  const uint32_t before = inclusive - lane_sum;  // keys of the digits above this lane's
-  const bool crosses = before < wanted && inclusive >= wanted;
+  const WarpSuffixScan scan = warp_suffix_scan<kBins>(hist);
+  const int top = scan.top;
+  const uint32_t total = scan.total;
+  const uint32_t before = scan.before;  // keys of the digits above this lane's
+  const bool crosses = before < wanted && scan.inclusive >= wanted;
   if (crosses) {
     uint32_t above = before;
     for (int i = 0; i < kBinsPerLane; ++i) {

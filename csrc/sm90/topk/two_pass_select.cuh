@@ -113,6 +113,17 @@ __device__ __forceinline__ uint32_t warp_append_slot(uint32_t* size, bool take) 
   return base + static_cast<uint32_t>(__popc(takers & ((1u << lane) - 1u)));
 }
 
+// Thread t's keys of the columns base + t + u * kThreads of the row at `row_offset` (0 for a column
+// at or past `end`): all kLoadsInFlight loads issue before any key is used, so that they overlap.
+__device__ __forceinline__ void load_step(const TopkPerRowParams& p, int64_t row_offset, int64_t base, int64_t end,
+                                          uint32_t (&keys)[kLoadsInFlight]) {
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    const int64_t c = base + threadIdx.x + int64_t(u) * kThreads;
+    keys[u] = c < end ? key_at(p, row_offset + c * p.stride1) : 0u;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) top_k_per_row_kernel(const TopkPerRowParams p) {
   using BlockScan = cub::BlockScan<uint32_t, kThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
@@ -138,15 +149,10 @@ __global__ void __launch_bounds__(kThreads, 2) top_k_per_row_kernel(const TopkPe
     n_cand = 0;
   }
   __syncthreads();
-  // Every thread runs the same iterations (the warp-wide votes need the whole warp); thread t reads the
-  // columns base + t + u * kThreads, kLoadsInFlight of them before it counts any.
+  // Every thread runs the same iterations (the warp-wide votes need the whole warp).
   for (int64_t base = begin; base < end; base += step) {
     uint32_t keys[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int64_t c = base + threadIdx.x + int64_t(u) * kThreads;
-      keys[u] = c < end ? key_at(p, row_offset + c * p.stride1) : 0u;
-    }
+    load_step(p, row_offset, base, end, keys);
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) warp_count(hist, keys[u] >> kCoarseShift, keys[u] != 0u);
   }
@@ -159,11 +165,7 @@ __global__ void __launch_bounds__(kThreads, 2) top_k_per_row_kernel(const TopkPe
   // ---- gather: pass 2 ----
   for (int64_t base = begin; base < end; base += step) {
     uint32_t keys[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int64_t c = base + threadIdx.x + int64_t(u) * kThreads;
-      keys[u] = c < end ? key_at(p, row_offset + c * p.stride1) : 0u;
-    }
+    load_step(p, row_offset, base, end, keys);
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const uint32_t c = static_cast<uint32_t>(base + threadIdx.x + int64_t(u) * kThreads);
