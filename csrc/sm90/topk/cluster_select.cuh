@@ -125,8 +125,24 @@ template <>
 __device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
   return fast_key(__uint_as_float(static_cast<uint32_t>(bits) << 16));
 }
-__device__ __forceinline__ float value_of(float v) { return v; }
 __device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
+
+// After the coarse pass a float32 stage holds each element's key in its place, so the later passes
+// read keys instead of computing them again; a bfloat16 stage keeps its values (a key takes twice
+// their room). The readers below read the stage after the coarse pass.
+template <typename Elem>
+constexpr bool kKeysInPlace = sizeof(Elem) == sizeof(uint32_t);
+__device__ __forceinline__ uint32_t staged_key(float key_bits) { return __float_as_uint(key_bits); }
+__device__ __forceinline__ uint32_t staged_key(uint16_t bits) { return key_of<uint16_t>(bits); }
+// 16 staged bytes that hold key 0 only: zero bits of float32 keys, all-ones bits (NaN) of bfloat16.
+template <typename Elem>
+constexpr uint32_t kStagedNone = kKeysInPlace<Elem> ? 0u : ~0u;
+// A chosen element's logit: from the logits themselves where the stage holds keys (a key loses the
+// sign of a zero), else from the stage.
+__device__ __forceinline__ float chosen_value(const float*, const float* src, int j) { return src[j]; }
+__device__ __forceinline__ float chosen_value(const uint16_t* stage, const uint16_t*, int j) {
+  return value_of(stage[j]);
+}
 
 // Adds 1 to hist[bin] for every lane of the warp with `count` set, one atomic per distinct bin; a warp
 // with no such lane (the fine passes: most hold no key of the fixed prefix) skips the match.
@@ -155,9 +171,16 @@ __device__ __forceinline__ void keys_of(const uint4 raw, uint32_t (&keys)[8]) {
   keys[6] = fast_key(__uint_as_float(raw.w << 16));
   keys[7] = fast_key(__uint_as_float(raw.w & 0xFFFF0000u));
 }
+__device__ __forceinline__ void staged_keys(const uint4 raw, uint32_t (&keys)[4]) {
+  keys[0] = raw.x;
+  keys[1] = raw.y;
+  keys[2] = raw.z;
+  keys[3] = raw.w;
+}
+__device__ __forceinline__ void staged_keys(const uint4 raw, uint32_t (&keys)[8]) { keys_of(raw, keys); }
 
-// Calls f(key, j) for the staged elements j in [e0, e1) (both multiples of the vector width), 16 bytes
-// per thread per step (conflict-free 128-bit shared loads). Every thread of the CTA makes the same
+// Calls f(key, j) for the staged elements j in [e0, e1) (both multiples of the vector width) after the
+// coarse pass, 16 bytes per thread per step (conflict-free 128-bit shared loads). Every thread of the CTA makes the same
 // calls, so f may vote across the warp; a thread past e1 passes key 0 (never counted).
 template <typename Elem, typename F>
 __device__ __forceinline__ void for_vector_keys(const Elem* stage, int e0, int e1, F&& f) {
@@ -167,18 +190,19 @@ __device__ __forceinline__ void for_vector_keys(const Elem* stage, int e0, int e
     const bool live = j < e1;
     const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(0, 0, 0, 0);
     uint32_t keys[kVec];
-    keys_of(raw, keys);
+    staged_keys(raw, keys);
 #pragma unroll
     for (int u = 0; u < kVec; ++u) f(live ? keys[u] : 0u, j + u);
   }
 }
 
-// The same for any staged elements [e0, e1), one per thread per step (the unaligned head and tail).
+// The same for any staged elements [e0, e1) after the coarse pass, one per thread per step (the
+// unaligned head and tail).
 template <typename Elem, typename F>
 __device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e1, F&& f) {
   for (int b = e0; b < e1; b += kThreads) {
     const int j = b + int(threadIdx.x);
-    f(j < e1 ? key_of<Elem>(stage[j]) : 0u, j);
+    f(j < e1 ? staged_key(stage[j]) : 0u, j);
   }
 }
 
@@ -189,9 +213,10 @@ __device__ __forceinline__ void for_single_keys(const Elem* stage, int e0, int e
 // them with one atomic. Bin 0 is the bin of key 0 (NaN, -inf, and the lanes past e1), which no
 // choosable key shares (the smallest, -FLT_MAX, is in bin 8): it counts them too, which keeps the
 // loop free of branches, and the caller clears it afterwards. The lanes past e1 read all-ones bits, a
-// NaN in either format (key 0); zero bits would be +0.0, a choosable key.
+// NaN in either format (key 0); zero bits would be +0.0, a choosable key. A float32 stage gets its
+// keys written back in place (kKeysInPlace).
 template <typename Elem>
-__device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, int e1, uint32_t* hist) {
+__device__ __forceinline__ void coarse_vector_keys(Elem* stage, int e0, int e1, uint32_t* hist) {
   constexpr int kVec = 16 / sizeof(Elem);
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
@@ -199,6 +224,9 @@ __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, in
     const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
     uint32_t keys[kVec];
     keys_of(raw, keys);
+    if constexpr (kKeysInPlace<Elem>) {
+      if (live) *reinterpret_cast<uint4*>(stage + j) = make_uint4(keys[0], keys[1], keys[2], keys[3]);
+    }
     const uint32_t lead = __shfl_sync(0xFFFFFFFFu, keys[0] >> (32 - kCoarseBits), 0);
     bool one_bin = true;
 #pragma unroll
@@ -212,13 +240,24 @@ __device__ __forceinline__ void coarse_vector_keys(const Elem* stage, int e0, in
   }
 }
 
+// The coarse histogram of any staged elements [e0, e1), one per thread per step (the unaligned head
+// and tail); a float32 stage gets their keys in place too.
+template <typename Elem>
+__device__ __forceinline__ void coarse_single_keys(Elem* stage, int e0, int e1, uint32_t* hist) {
+  for (int j = e0 + int(threadIdx.x); j < e1; j += kThreads) {
+    const uint32_t key = key_of<Elem>(stage[j]);
+    atomicAdd(&hist[key >> (32 - kCoarseBits)], 1u);
+    if constexpr (kKeysInPlace<Elem>) stage[j] = __uint_as_float(key);
+  }
+}
+
 // The gather over the staged elements [e0, e1) (multiples of the vector width), 16 bytes per thread
 // per step: sets bits[j] for the keys `chosen` accepts and, when `listed`, appends the keys
 // `candidate` accepts (and their indices) to the candidate list. The lanes that cover 32 consecutive
 // elements combine their bits by shuffles and one of them ORs them in (two words when the span
 // straddles a word boundary), and a warp reserves the list slots of its whole step with one atomic,
 // instead of an atomic per key. The list's order is the lanes' arrival order; nothing downstream
-// depends on it. The lanes past e1 read all-ones bits (key 0), which neither test accepts.
+// depends on it. The lanes past e1 read key 0 (kStagedNone), which neither test accepts.
 template <typename Elem, typename C, typename D>
 __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, int e1, uint32_t* bits, C&& chosen,
                                                    bool listed, D&& candidate, SharedState& s) {
@@ -229,9 +268,10 @@ __device__ __forceinline__ void gather_vector_keys(const Elem* stage, int e0, in
   for (int b = e0; b < e1; b += kThreads * kVec) {
     const int j = b + int(threadIdx.x) * kVec;
     const bool live = j < e1;
-    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(~0u, ~0u, ~0u, ~0u);
+    constexpr uint32_t kNone = kStagedNone<Elem>;
+    const uint4 raw = live ? *reinterpret_cast<const uint4*>(stage + j) : make_uint4(kNone, kNone, kNone, kNone);
     uint32_t keys[kVec];
-    keys_of(raw, keys);
+    staged_keys(raw, keys);
     uint32_t mine = 0;
 #pragma unroll
     for (int u = 0; u < kVec; ++u) mine |= static_cast<uint32_t>(chosen(keys[u])) << u;
@@ -446,15 +486,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   __syncthreads();
 
   // ---- coarse: piece by piece as they land, then the unaligned head and tail ----
-  const auto count_coarse = [&](uint32_t key, int) { atomicAdd(&s.hist0[key >> (32 - kCoarseBits)], 1u); };
   for (int i = 0; i < pieces; ++i) {
     mbar_wait(&s.bars[i], 0);
     coarse_vector_keys(stage, a0 + i * kPieceElems, min(a1, a0 + (i + 1) * kPieceElems), s.hist0);
   }
   // The elements no bulk copy brought: all of a slice shorter than two vectors.
   const int head_end = pieces > 0 ? a0 : hi;
-  for_single_keys(stage, lo, head_end, count_coarse);
-  if (pieces > 0) for_single_keys(stage, a1, hi, count_coarse);
+  coarse_single_keys(stage, lo, head_end, s.hist0);
+  if (pieces > 0) coarse_single_keys(stage, a1, hi, s.hist0);
   __syncthreads();
   if (t == 0) s.hist0[0] = 0;  // the unchosen keys' bin
   __syncthreads();
@@ -626,7 +665,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       const int j = w * 32 + __ffs(c) - 1;
       c &= c - 1u;
       out[slot] = static_cast<int32_t>(base_col + j);
-      if (vals != nullptr) vals[slot] = value_of(stage[j]);
+      if (vals != nullptr) vals[slot] = chosen_value(stage, aligned_src, j);
       ++slot;
     }
   }
