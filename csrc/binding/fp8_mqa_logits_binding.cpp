@@ -161,17 +161,13 @@ void check_device_sizes(int64_t M, int64_t N, int64_t H, const at::Tensor& q, co
 // The attached GPU backend that runs on q's device, or a NotImplementedError saying why none does.
 const aiter::GpuBackend& backend_for(const at::Device& device) {
   const auto& table = aiter::gpu_backends();
-  const int count = table.size();
-  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, AITER_OP, "q is on ", device, ", but ", aiter::kNoGpuBackendHint,
+  TORCH_CHECK_NOT_IMPLEMENTED(table.size() > 0, AITER_OP, "q is on ", device, ", but ", aiter::kNoGpuBackendHint,
                               "; pass CPU tensors");
   std::string why_not;
-  for (int i = 0; i < count; ++i) {
-    const char* mismatch = table[i].check_device(device.index());
-    if (mismatch == nullptr) return table[i];
-    why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
-  }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, AITER_OP, "no kernel for ", device, ": ", why_not, "; use CPU tensors");
-  return table[0];  // unreachable: the check above throws
+  const aiter::GpuBackend* backend = aiter::find_backend(table, device.index(), &why_not);
+  TORCH_CHECK_NOT_IMPLEMENTED(backend != nullptr, AITER_OP, "no kernel for ", device, ": ", why_not,
+                              "; use CPU tensors");
+  return *backend;
 }
 
 // The GPU backend that will run this call, after the checks only it can answer (H and D served,

@@ -59,17 +59,13 @@ bool check_context_lens_rank(const char* op, const at::Tensor& context_lens) {
 // what is missing. `first_name` is the argument whose device decides (q, or context_lens).
 const aiter::PagedGpuBackend& paged_backend_for(const char* op, const char* first_name, const at::Device& device) {
   const auto& table = aiter::paged_gpu_backends();
-  const int count = table.size();
-  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, first_name, " is on ", device, ", but ", aiter::kNoGpuBackendHint,
+  TORCH_CHECK_NOT_IMPLEMENTED(table.size() > 0, op, first_name, " is on ", device, ", but ", aiter::kNoGpuBackendHint,
                               " (a paged decode kernel exists for sm90, not yet for gfx950); pass CPU tensors");
   std::string why_not;
-  for (int i = 0; i < count; ++i) {
-    const char* mismatch = table[i].check_device(device.index());
-    if (mismatch == nullptr) return table[i];
-    why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
-  }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, op, "no paged kernel for ", device, ": ", why_not, "; use CPU tensors");
-  return table[0];  // unreachable: the check above throws
+  const aiter::PagedGpuBackend* backend = aiter::find_backend(table, device.index(), &why_not);
+  TORCH_CHECK_NOT_IMPLEMENTED(backend != nullptr, op, "no paged kernel for ", device, ": ", why_not,
+                              "; use CPU tensors");
+  return *backend;
 }
 
 

@@ -133,6 +133,18 @@ class BackendRegistry {
   const Backend* entries_[kCapacity] = {};
 };
 
+// The first entry of `table` that runs on GPU `device_index`, or nullptr with `why_not` holding each
+// entry's reason (its check_device message), for the binding's refusal.
+template <typename Backend>
+const Backend* find_backend(const BackendRegistry<Backend>& table, int device_index, std::string* why_not) {
+  for (int i = 0; i < table.size(); ++i) {
+    const char* mismatch = table[i].check_device(device_index);
+    if (mismatch == nullptr) return &table[i];
+    *why_not += std::string(why_not->empty() ? "" : "; ") + mismatch;
+  }
+  return nullptr;
+}
+
 // The registries of the CPU module (defined in binding/module.cpp; a family's GPU module never
 // calls these).
 BackendRegistry<GpuBackend>& gpu_backends();

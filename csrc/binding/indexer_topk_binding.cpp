@@ -106,24 +106,15 @@ void run(const char* op, const aiter::TopkPerRowParams& p, const at::Device& dev
     return;
   }
   const auto& table = aiter::topk_gpu_backends();
-  const int count = table.size();
-  TORCH_CHECK_NOT_IMPLEMENTED(count > 0, op, "logits is on ", device, ", but ", aiter::kNoGpuBackendHint,
+  TORCH_CHECK_NOT_IMPLEMENTED(table.size() > 0, op, "logits is on ", device, ", but ", aiter::kNoGpuBackendHint,
                               " (a top-k kernel exists for sm90, not yet for gfx950); pass CPU tensors");
   std::string why_not;
-  for (int i = 0; i < count; ++i) {
-    const aiter::TopkGpuBackend& backend = table[i];
-    const char* mismatch = backend.check_device(device.index());
-    if (mismatch != nullptr) {
-      why_not += std::string(why_not.empty() ? "" : "; ") + mismatch;
-      continue;
-    }
-    const c10::DeviceGuard guard(device);
-    const char* err = backend.launch(p, device.index(), backend.current_stream(device.index()));
-    TORCH_CHECK(err == nullptr, op, backend.name, " launch failed on ", device, ": ", err);
-    return;
-  }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, op, "no top-k kernel for ", device, ": ", why_not,
+  const aiter::TopkGpuBackend* backend = aiter::find_backend(table, device.index(), &why_not);
+  TORCH_CHECK_NOT_IMPLEMENTED(backend != nullptr, op, "no top-k kernel for ", device, ": ", why_not,
                               " (gfx950 has no top-k kernel yet); use CPU tensors");
+  const c10::DeviceGuard guard(device);
+  const char* err = backend->launch(p, device.index(), backend->current_stream(device.index()));
+  TORCH_CHECK(err == nullptr, op, backend->name, " launch failed on ", device, ": ", err);
 }
 
 }  // namespace
