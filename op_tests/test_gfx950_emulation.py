@@ -1,6 +1,6 @@
 """The gfx950 kernel's algorithm, emulated on the CPU, against the float64 reference.
 
-op_tests/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own host + device
+dev/gfx950/emulator.cpp runs every workgroup of the grid with the kernel's own host + device
 code (csrc/gfx950/launch_plan.h, plan.h, layout.h and the shared csrc/common/work_scheduler.h):
 launch plan, device-side balanced plan (row compaction, block unions, unit prefix sums), shares,
 segments, LDS-DMA ring with the swizzle (D = 128 and 64) and the per-wave kv_scale areas, ds_read B
@@ -28,7 +28,7 @@ from aiter.testing.mqa_logits import (
     reference_logits,
     window_mask,
 )
-from gfx950 import hostlib
+from dev.gfx950 import hostlib
 
 pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++)")
 

@@ -6,7 +6,7 @@ is compiled and ISA-checked here (dev/isa/gfx950.py) or predicted by the model
 
 Here (no gfx950 device) only the compile tests run; the rest skip with the reason. On an MI355X
 with ROCm (libamdhip64; torch with ROCm for the op's cases; amdclang++ for the compiler diff):
-  - test_probes_compile: the probe kernels (op_tests/gfx950/hardware_probes.hip) build with
+  - test_probes_compile: the probe kernels (dev/gfx950/hardware_probes.hip) build with
     clang++-22 (CI builds them), their MFMA is the plain one and their asm passes the hazard rules;
   - test_lds_dma_at_m0: the 16-byte LDS DMA at M0 = 0, 0x12000 and 0x15F00 (the small-M kernels'
     largest) lands at M0, not at M0 & 0xFFFF;
@@ -37,10 +37,10 @@ import torch
 
 from dev.isa import gfx950 as isa
 from dev.isa import gfx950_hazards as hazards
-from gfx950.hip_module import HipRuntime, Unavailable
+from dev.gfx950.hip_module import HipRuntime, Unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBES = ROOT / "op_tests" / "gfx950" / "hardware_probes.hip"
+PROBES = ROOT / "dev" / "gfx950" / "hardware_probes.hip"
 PAIR_NUM_RECORDS = 0x7FFFFFFC  # csrc/gfx950/layout.h: kPairRecords, the pair resource's num_records
 PROBE_SENTINEL = 0x5EED5EED
 

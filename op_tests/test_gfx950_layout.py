@@ -1,5 +1,5 @@
 """Layout math of the gfx950 kernel, from the headers the kernel compiles
-(csrc/gfx950/geometry.h and layout.h, through op_tests/gfx950/layout_shim.cpp), for every variant
+(csrc/gfx950/geometry.h and layout.h, through dev/gfx950/layout_shim.cpp), for every variant
 (H 16 / 32 / 64 x D 128 / 64 x main / small-M path): the LDS swizzle and slot layout, the LDS-DMA
 coverage, bank conflicts of every ds_read the stage body issues, the MFMA fragment layouts, the
 tiles' (row, head) columns and chain sets (H = 16: two rows per tile), the tail schedule, the store
@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from gfx950 import hostlib
+from dev.gfx950 import hostlib
 
 pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++)")
 

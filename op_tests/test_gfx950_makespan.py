@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from aiter.testing.mqa_logits import make_windows
-from gfx950 import hostlib
+from dev.gfx950 import hostlib
 
 pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++)")
 

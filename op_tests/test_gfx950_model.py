@@ -13,7 +13,7 @@ import pytest
 
 from dev.isa import gfx950 as isa
 from dev.isa import gfx950_model as model
-from gfx950 import hostlib
+from dev.gfx950 import hostlib
 
 
 def test_bounds_per_stage():

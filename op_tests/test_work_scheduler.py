@@ -2,7 +2,7 @@
 of what each helper must do.
 
 A tiny extern "C" shim (below) is compiled with g++ against the header, like the gfx950 host
-library (op_tests/gfx950/hostlib.py), and called through ctypes. Checked:
+library (dev/gfx950/hostlib.py), and called through ctypes. Checked:
   - row_window: raw bounds clamped to [0, N] (negative, past N, inverted, INT32 and INT64 extremes);
   - BlockUnion over empty and non-empty rows, and BlockUnion<int32_t> from empty_within(N) equal to it;
   - tile_span on and off the key grid: the fewest tiles from first_key that cover the union,
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from gfx950 import hostlib
+from dev.gfx950 import hostlib
 
 pytestmark = pytest.mark.skipif(hostlib.compiler() is None, reason="needs a host C++ compiler (g++)")
 

@@ -5,7 +5,7 @@
 // A variant is (heads, head dim: a pair capabilities.h serves; small-M path or main path). Its
 // geometry is derived from the tunables alone; every layout (layout.h), plan (plan.h,
 // launch_plan.h) and device role of the kernel reads its sizes from here. Host + device and
-// constexpr, so the host tests (op_tests/gfx950/) check the very values the kernel folds; touches
+// constexpr, so the host tests (dev/gfx950/) check the very values the kernel folds; touches
 // no memory.
 //
 // Vocabulary of the backend:

@@ -10,7 +10,7 @@
 // accumulator C (32 x 32) and the out [M, N] rows it is stored to; the plan and block-row tables
 // in LDS.
 // Why here: the kernel (pipeline.h, epilogue.h, the stage loop), its host emulation and the layout
-// tests (op_tests/gfx950/) must use the very same index functions. Host + device, constexpr,
+// tests (dev/gfx950/) must use the very same index functions. Host + device, constexpr,
 // torch-free and allocation-free.
 #pragma once
 #include <stdint.h>

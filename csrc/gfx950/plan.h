@@ -17,7 +17,7 @@
 // Layouts touched (LdsLayout, layout.h): row_windows, nonempty_mask, chunk_nonempty_prefix,
 // block_units_prefix, segment_rows.
 // Why here: the pure part (tables -> rows, unions, shares, the segment walk) is host + device, so
-// the host emulation (op_tests/gfx950/emulator.cpp) runs this very code on the tables it builds;
+// the host emulation (dev/gfx950/emulator.cpp) runs this very code on the tables it builds;
 // the device part (ballots, scans, LDS) follows under __HIP__.
 #pragma once
 #include <stdint.h>

@@ -1,5 +1,5 @@
 // gfx950 fp8_mqa_logits: the device primitives every role of the kernel uses. Device code only
-// (HIP); the host emulation models each of them in op_tests/gfx950/emulator.cpp.
+// (HIP); the host emulation models each of them in dev/gfx950/emulator.cpp.
 //
 //   logits[m, n] = sum_h relu(kv_scale[n] * Q[m,h,:] . K[n,:]) * w[m,h]
 //

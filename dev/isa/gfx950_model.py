@@ -3,7 +3,7 @@
 A MODEL, not a measurement: no MI355X exists here. It compiles the kernel as the ISA check does (or
 reads its assembly), takes every kernel's clean stage loop (the stage loop with the fewest VALU: no
 masks), counts its instructions per class, runs Debian's llvm-mca-22 on it, and predicts the time of
-the benchmark rows from the balanced plan of the host emulation (op_tests/gfx950), for the main
+the benchmark rows from the balanced plan of the host emulation (dev/gfx950), for the main
 float32 kernel of every served (H, D). A stage is the variant's own: each wave takes 64 keys of it at
 any D, so a D = 64 stage (twice the key groups, half the rows per block) holds half a D = 128
 stage's MFMA work per wave, and the plan counts its own stages.
@@ -194,8 +194,7 @@ def mca_cycles(lines: list[str], mfma_twice: bool = True) -> float | None:
 
 
 def _hostlib():
-    sys.path.insert(0, os.fspath(isa.Path(__file__).resolve().parents[2] / "op_tests"))
-    from gfx950 import hostlib  # noqa: E402  (the test tree's build of the emulation)
+    from dev.gfx950 import hostlib  # the host emulation's build (compiled on first use)
 
     return hostlib
 
