@@ -563,12 +563,13 @@ def test_bench_rows_on_the_cpu():
     from aiter.bench import machine
 
     timer = machine.CpuTimer(iters=1, budget_s=0.0)
-    pre = bench.prefill_row("causal", 8, 600, 4, 64, torch.device("cpu"), timer, None)
-    dec = bench.decode_row(4, 2, 600, 1, 64, torch.device("cpu"), timer, None, None)
+    pre = bench.prefill_row("causal", 8, 600, 4, 64, torch.device("cpu"), timer, None, rounds=2)
+    dec = bench.decode_row(4, 2, 600, 1, 64, torch.device("cpu"), timer, None, None, rounds=2)
     for row in (pre, dec):
         assert row["fused_us"] > 0 and row["unfused_us"] > 0 and row["peer_topk_us"] > 0
+        assert row["fused_aa"] > 0  # the fused call timed against itself in the same rounds
     table = bench.to_markdown({"header": "h", "prefill": [pre], "decode": [dec]})
-    assert table.count("\n| ") >= 4
+    assert table.count("\n| ") >= 4 and "fused A/A" in table
 
 
 @needs_gpu

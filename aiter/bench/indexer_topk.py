@@ -12,8 +12,11 @@ Two tables, k = 2048 unless --k says otherwise:
     per-step time replayed in a CUDA graph.
 The baseline on an NVIDIA GPU is DeepGEMM (fp8_fp4_mqa_logits with clean_logits, and
 fp8_fp4_paged_mqa_logits) when the deep_gemm package is importable, same run, same inputs; on the CPU
-it is our own logits + torch.topk. Timing: CUDA events, cold L2, median (aiter/bench/machine.py).
-``--quick`` (the default on the CPU) runs a few small rows.
+it is our own logits + torch.topk. Timing: every column of a row in interleaved rounds (the sides in
+order, then reversed, ...; aiter/bench/interleave.py), each turn CUDA events over calls after a cold-L2
+flush (aiter/bench/machine.py), the median per side; "fused A/A" is the fused call against itself
+timed the same way (how far a ratio in the row moves by chance). ``--quick`` (the default on the
+CPU) runs a few small rows.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 
 import torch
 
-from aiter.bench import machine
+from aiter.bench import interleave, machine
 from aiter.bench.baselines import deepgemm_logits
 from aiter.bench.fp8_paged_mqa_logits import deepgemm_paged, make_decode_step
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits
@@ -41,6 +44,26 @@ GPU_DECODE = ((32, 1, 8192, 1), (32, 64, 8192, 1), (32, 256, 8192, 1), (32, 64, 
               (64, 64, 8192, 1), (64, 256, 65536, 1))
 CPU_PREFILL = (("causal", 64, 4096, 32), ("multi_req", 64, 4096, 32))
 CPU_DECODE = ((32, 4, 4096, 1), (32, 2, 3000, 2))
+ROUNDS = 4  # interleaved rounds per row (2 on the CPU)
+
+
+def _timed(sides, timer, rounds):
+    """Median µs of each side (name -> callable), timed in interleaved rounds, with the fused call
+    timed twice (its A/A control)."""
+    fns = dict(sides)
+    fns["fused_again"] = fns["fused"]
+    res = interleave.run(fns, rounds, lambda fn, first: timer.samples(fn, first))
+    return {name: r["median"] for name, r in res.items()}
+
+
+def _works(fn, what):
+    """fn, or None when the baseline refuses the row (said on stderr)."""
+    try:
+        fn()
+        return fn
+    except (RuntimeError, ValueError, TypeError) as e:
+        print(f"baseline skipped for {what}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        return None
 
 
 def _peak_extra(device, fn):
@@ -74,7 +97,7 @@ def _graph_us(device, fn, iters=20):
     return start.elapsed_time(end) * 1e3 / iters
 
 
-def prefill_row(mode, M, N, H, k, device, timer, peer):
+def prefill_row(mode, M, N, H, k, device, timer, peer, rounds=ROUNDS):
     q, kv, scales, weights = make_inputs(M, N, H, D, device=device, seed=M + N + H)
     ks, ke = make_windows(mode, M, N, device=device)
     out = torch.empty((M, k), dtype=torch.int32, device=device)
@@ -90,33 +113,40 @@ def prefill_row(mode, M, N, H, k, device, timer, peer):
     def topk_only():
         top_k_per_row_prefill(logits_buf, ks, ke, out, None, M, logits_buf.stride(0), 1, k)
 
+    sides = dict(fused=fused, unfused=unfused, logits=lambda: fp8_mqa_logits(q, kv, scales, weights, ks, ke, False),
+                 topk=topk_only)
+    peer_topk = None
+    if peer is not None:
+        peer_logits = _works(lambda: peer(q, kv, scales, weights, ks, ke, True), f"{mode} {M}x{N} H={H}")
+        if peer_logits is not None:
+            sides["peer_logits"] = peer_logits
+            peer_topk = lambda: torch.topk(peer_logits(), min(k, N), dim=1)  # noqa: E731
+    elif device.type != "cuda":
+        peer_topk = lambda: torch.topk(fp8_mqa_logits(q, kv, scales, weights, ks, ke, True), min(k, N), dim=1)  # noqa: E731
+    if peer_topk is not None:
+        sides["peer_topk"] = peer_topk
+    us = _timed(sides, timer, rounds)
+    del logits_buf
     row = dict(mode=mode, M=M, N=N, H=H, k=k)
-    row["fused_us"] = timer(fused)
-    row["unfused_us"] = timer(unfused)
-    row["logits_us"] = timer(lambda: fp8_mqa_logits(q, kv, scales, weights, ks, ke, False))
-    row["topk_us"] = timer(topk_only)
+    _fill(row, us)
     row["topk_gbps"] = in_window_pairs(ks, ke, N) * 4 / (row["topk_us"] * 1e-6) / 1e9
     row["fused_mib"] = _mib(_peak_extra(device, fused))
     row["unfused_mib"] = _mib(_peak_extra(device, unfused))
-    del logits_buf
-    row["peer_logits_us"] = row["peer_topk_us"] = row["peer_mib"] = None
-    if peer is not None:
-        try:
-            row["peer_logits_us"] = timer(lambda: peer(q, kv, scales, weights, ks, ke, True))
-            peer_topk = lambda: torch.topk(peer(q, kv, scales, weights, ks, ke, True), min(k, N), dim=1)  # noqa: E731
-            row["peer_topk_us"] = timer(peer_topk)
-            row["peer_mib"] = _mib(_peak_extra(device, peer_topk))
-        except (RuntimeError, ValueError, TypeError) as e:
-            print(f"baseline skipped for {mode} {M}x{N} H={H}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
-    elif device.type != "cuda":
-        row["peer_topk_us"] = timer(lambda: torch.topk(fp8_mqa_logits(q, kv, scales, weights, ks, ke, True),
-                                                       min(k, N), dim=1))
-    row["fused_over_logits"] = row["fused_us"] / row["logits_us"]
-    row["peer_over_fused"] = row["peer_topk_us"] / row["fused_us"] if row["peer_topk_us"] else None
+    row["peer_mib"] = _mib(_peak_extra(device, peer_topk)) if peer_topk is not None else None
     return row
 
 
-def decode_row(H, B, context, next_n, k, device, timer, peer_logits, peer_metadata):
+def _fill(row, us):
+    """The row's timed columns from the interleaved medians."""
+    row["fused_us"], row["unfused_us"], row["logits_us"], row["topk_us"] = (
+        us["fused"], us["unfused"], us["logits"], us["topk"])
+    row["fused_aa"] = us["fused"] / us["fused_again"]
+    row["peer_logits_us"], row["peer_topk_us"] = us.get("peer_logits"), us.get("peer_topk")
+    row["fused_over_logits"] = row["fused_us"] / row["logits_us"]
+    row["peer_over_fused"] = row["peer_topk_us"] / row["fused_us"] if row["peer_topk_us"] else None
+
+
+def decode_row(H, B, context, next_n, k, device, timer, peer_logits, peer_metadata, rounds=ROUNDS):
     a, _ = make_decode_step(H, B, context, next_n, device, seed=B + context + H)
     rows = B * next_n
     shares = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
@@ -136,32 +166,34 @@ def decode_row(H, B, context, next_n, k, device, timer, peer_logits, peer_metada
         lg = logits()
         top_k_per_row_decode(lg, next_n, a["context_lens"], out, rows, lg.stride(0), 1, k)
 
-    row = dict(H=H, B=B, context=context, next_n=next_n, k=k)
-    row["fused_us"] = timer(fused)
-    row["unfused_us"] = timer(unfused)
-    row["logits_us"] = timer(logits)
     lg = logits()
-    row["topk_us"] = timer(lambda: top_k_per_row_decode(lg, next_n, a["context_lens"], out, rows, lg.stride(0), 1, k))
-    visible = int(a["context_lens"].long().clamp(0, width).sum())
-    row["topk_gbps"] = visible * 4 / (row["topk_us"] * 1e-6) / 1e9
-    del lg
-    row["fused_mib"] = _mib(_peak_extra(device, fused))
-    row["unfused_mib"] = _mib(_peak_extra(device, unfused))
-    row["graph_us"] = _graph_us(device, fused) if device.type == "cuda" else None
-    row["peer_logits_us"] = row["peer_topk_us"] = row["peer_mib"] = None
+    sides = dict(fused=fused, unfused=unfused, logits=logits,
+                 topk=lambda: top_k_per_row_decode(lg, next_n, a["context_lens"], out, rows, lg.stride(0), 1, k))
+    peer_topk = None
     if peer_logits is not None:
         try:
             peer_meta = peer_metadata(a)
-            row["peer_logits_us"] = timer(lambda: peer_logits(a, peer_meta, torch.float32))
-            peer_topk = lambda: torch.topk(peer_logits(a, peer_meta, torch.float32), min(k, width), dim=1)  # noqa: E731
-            row["peer_topk_us"] = timer(peer_topk)
-            row["peer_mib"] = _mib(_peak_extra(device, peer_topk))
         except (RuntimeError, ValueError, TypeError) as e:
             print(f"baseline skipped for H={H} B={B}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        else:
+            peer_only = _works(lambda: peer_logits(a, peer_meta, torch.float32), f"H={H} B={B}")
+            if peer_only is not None:
+                sides["peer_logits"] = peer_only
+                peer_topk = lambda: torch.topk(peer_only(), min(k, width), dim=1)  # noqa: E731
     elif device.type != "cuda":
-        row["peer_topk_us"] = timer(lambda: torch.topk(logits(), min(k, width), dim=1))
-    row["fused_over_logits"] = row["fused_us"] / row["logits_us"]
-    row["peer_over_fused"] = row["peer_topk_us"] / row["fused_us"] if row["peer_topk_us"] else None
+        peer_topk = lambda: torch.topk(logits(), min(k, width), dim=1)  # noqa: E731
+    if peer_topk is not None:
+        sides["peer_topk"] = peer_topk
+    us = _timed(sides, timer, rounds)
+    del lg, sides
+    row = dict(H=H, B=B, context=context, next_n=next_n, k=k)
+    _fill(row, us)
+    visible = int(a["context_lens"].long().clamp(0, width).sum())
+    row["topk_gbps"] = visible * 4 / (row["topk_us"] * 1e-6) / 1e9
+    row["fused_mib"] = _mib(_peak_extra(device, fused))
+    row["unfused_mib"] = _mib(_peak_extra(device, unfused))
+    row["peer_mib"] = _mib(_peak_extra(device, peer_topk)) if peer_topk is not None else None
+    row["graph_us"] = _graph_us(device, fused) if device.type == "cuda" else None
     return row
 
 
@@ -174,15 +206,15 @@ def _fmt(x, digits=1):
 
 
 COMMON = ("fused µs", "unfused µs", "our logits µs", "our top-k µs", "top-k GB/s", "fused / our logits",
-          "baseline logits µs", "baseline logits + topk µs", "baseline+topk / fused", "fused MiB", "unfused MiB",
-          "baseline MiB")
+          "baseline logits µs", "baseline logits + topk µs", "baseline+topk / fused", "fused A/A", "fused MiB",
+          "unfused MiB", "baseline MiB")
 
 
 def _common_cells(r):
     return (_fmt(r["fused_us"]), _fmt(r["unfused_us"]), _fmt(r["logits_us"]), _fmt(r["topk_us"]),
             _fmt(r["topk_gbps"], 2), _fmt(r["fused_over_logits"], 2), _fmt(r["peer_logits_us"]),
-            _fmt(r["peer_topk_us"]), _fmt(r["peer_over_fused"], 2), _fmt(r["fused_mib"]), _fmt(r["unfused_mib"]),
-            _fmt(r["peer_mib"]))
+            _fmt(r["peer_topk_us"]), _fmt(r["peer_over_fused"], 2), _fmt(r["fused_aa"], 3), _fmt(r["fused_mib"]),
+            _fmt(r["unfused_mib"]), _fmt(r["peer_mib"]))
 
 
 def _prefill_md(r):
@@ -220,16 +252,18 @@ def run(args):
         peer = peer_logits = peer_metadata = None
         baseline = "our logits + torch.topk, same run"
         prefill, decode = CPU_PREFILL, CPU_DECODE
+    rounds = args.rounds or (ROUNDS if on_gpu else 2)
     header = (f"device: {machine.device_name(device)} | D = {D}, k = {args.k} | baseline: {baseline}"
+              f" | {rounds} interleaved rounds"
               + (" | quick" if quick else ""))
     print(header, file=sys.stderr, flush=True)
     result = {"header": header, "prefill": [], "decode": []}
     for mode, M, N, H in prefill:
-        r = prefill_row(mode, M, N, H, args.k, device, timer, peer)
+        r = prefill_row(mode, M, N, H, args.k, device, timer, peer, rounds)
         result["prefill"].append(r)
         print(_prefill_md(r), file=sys.stderr, flush=True)
     for H, B, context, next_n in decode:
-        r = decode_row(H, B, context, next_n, args.k, device, timer, peer_logits, peer_metadata)
+        r = decode_row(H, B, context, next_n, args.k, device, timer, peer_logits, peer_metadata, rounds)
         result["decode"].append(r)
         print(_decode_md(r), file=sys.stderr, flush=True)
     return result
@@ -239,10 +273,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--k", type=int, default=2048, help="keys per row (default 2048)")
     p.add_argument("--quick", action="store_true", help="a few small rows (the default on the CPU)")
-    p.add_argument("--iters", type=int, help="timed calls per measurement")
+    p.add_argument("--iters", type=int, help="timed calls per turn")
+    p.add_argument("--rounds", type=int, help=f"interleaved rounds per row (default {ROUNDS} on a GPU, 2 on the CPU)")
     p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
     p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
     args = p.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        p.error("--rounds: must be >= 1")
     start = time.time()
     result = run(args)
     text = to_markdown(result)
