@@ -1,8 +1,12 @@
-"""What the benchmarks' command lines and tables share: the timing options and the number format."""
+"""What the benchmarks' command lines and tables share: the timing options, the run's printed and
+written tables, and the number format."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
 
 
 def add_timing_options(p: argparse.ArgumentParser) -> None:
@@ -25,6 +29,24 @@ def parse_with_timing_checks(p: argparse.ArgumentParser, argv) -> argparse.Names
     if args.iters is not None and args.iters < 1:
         p.error("--iters: must be >= 1")
     return args
+
+
+def run_and_report(args, run, to_markdown, count_rows, table_end="\n", count_to_stdout=False) -> int:
+    """Runs the bench (run(args)), prints its markdown table (ended by table_end) on stdout, writes
+    PREFIX.json (the result) and PREFIX.md (the table) for --out PREFIX, then prints the row count
+    (count_rows(result)) and wall time, on stderr unless count_to_stdout; returns the exit status 0."""
+    start = time.time()
+    result = run(args)
+    text = to_markdown(result)
+    print(text, end=table_end)
+    if args.out:
+        with open(args.out + ".json", "w") as f:
+            json.dump(result, f, indent=1)
+        with open(args.out + ".md", "w") as f:
+            f.write(text)
+    print(f"({count_rows(result)} rows in {time.time() - start:.0f} s)",
+          file=sys.stdout if count_to_stdout else sys.stderr)
+    return 0
 
 
 def fmt(x, digits=1):

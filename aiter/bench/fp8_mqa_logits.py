@@ -31,7 +31,6 @@ small shapes, no graph and no clock read; the baseline is the same computation i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -423,17 +422,8 @@ def main(argv=None) -> int:
     if args.estimate:
         print_estimate(args)
         return 0
-    t0 = time.time()
-    result = run(args)
-    table = to_markdown(result)
-    print(table, end="")
-    print(f"({len(result['rows'])} rows in {time.time() - t0:.0f} s)")
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(table)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["rows"]), table_end="",
+                              count_to_stdout=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ deep_gemm package is importable. CPU: a few small rows against the float64 refer
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -358,17 +357,7 @@ def main(argv=None) -> int:
         print(f"estimated total: {total:.0f} s for {n_sets} input set(s), {n_dt} logits dtype(s) (plus ~2 s of "
               f"machine figures, and the baseline's first-use JIT build of each kernel it has not built before)")
         return 0
-    start = time.time()
-    result = run(args)
-    text = to_markdown(result)
-    print(text)
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-    print(f"({len(result['rows'])} rows in {time.time() - start:.0f} s)", file=sys.stderr)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["rows"]))
 
 
 if __name__ == "__main__":

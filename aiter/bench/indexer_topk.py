@@ -19,13 +19,11 @@ it is our own logits + torch.topk. Timing: CUDA events, cold L2, median (aiter/b
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
 import torch
 
-from aiter.bench import machine
+from aiter.bench import cli, machine
 from aiter.bench.baselines import deepgemm_logits
 from aiter.bench.fp8_paged_mqa_logits import deepgemm_paged, make_decode_step
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits
@@ -243,17 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
     p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
     args = p.parse_args(argv)
-    start = time.time()
-    result = run(args)
-    text = to_markdown(result)
-    print(text)
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-    print(f"({len(result['prefill']) + len(result['decode'])} rows in {time.time() - start:.0f} s)", file=sys.stderr)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["prefill"]) + len(result["decode"]))
 
 
 if __name__ == "__main__":
