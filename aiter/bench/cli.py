@@ -1,5 +1,5 @@
-"""What the benchmarks' command lines and tables share: the timing options, the run's printed and
-written tables, and the number format."""
+"""What the benchmarks' command lines and tables share: the input-set and timing options, the run's
+printed and written tables, and the number format."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 import time
+
+from aiter.testing.mqa_logits import INPUT_SETS
 
 
 def add_timing_options(p: argparse.ArgumentParser) -> None:
@@ -19,6 +21,18 @@ def add_timing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate", action="store_true", help="print the estimated GPU run time per row and exit")
     p.add_argument("--device", help="cpu or cuda[:i] (default: the GPU if visible)")
     p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
+
+
+def add_input_set_option(p: argparse.ArgumentParser) -> None:
+    """--inputs: which input set(s) a logits bench draws (aiter.testing.mqa_logits.INPUT_SETS)."""
+    p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
+                   help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
+
+
+def input_sets(choice, on_gpu: bool) -> tuple:
+    """The input sets that --inputs `choice` names; None: both on a GPU, make_inputs on the CPU."""
+    return {"both": INPUT_SETS, "engine": ("engine",), "make_inputs": ("make_inputs",)}[
+        choice or ("both" if on_gpu else "make_inputs")]
 
 
 def parse_with_timing_checks(p: argparse.ArgumentParser, argv) -> argparse.Namespace:

@@ -38,7 +38,7 @@ import torch
 
 from aiter.bench import baselines, cli, interleave, machine
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
-from aiter.testing.mqa_logits import (INPUT_SETS, WINDOW_MODES, clamped_windows, compress_logits, in_window_pairs,
+from aiter.testing.mqa_logits import (WINDOW_MODES, clamped_windows, compress_logits, in_window_pairs,
                                       make_input_set, make_windows, mode_applies, window_mask)
 
 GPU_SHAPES = baselines.BENCHMARK_SHAPES
@@ -206,8 +206,7 @@ def run(args) -> dict:
     head_dims = args.head_dims or (128,)
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
     variants = args.variants or ["full"]
-    input_sets = {"both": INPUT_SETS, "engine": ("engine",), "make_inputs": ("make_inputs",)}[
-        args.inputs or ("both" if on_gpu else "make_inputs")]
+    input_sets = cli.input_sets(args.inputs, on_gpu)
     rounds = s["rounds"]
     control = not args.no_control
     header = (f"device: {s['name']} | {s['peak_how']}: {s['peak'] / 1e12:.3g} TFLOP/s | copy bandwidth "
@@ -410,11 +409,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")
     p.add_argument("--variants", type=name_list(tuple(VARIANTS)),
                    help=f"comma-separated logits variants (default full): {', '.join(VARIANTS)}")
-    p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
-                   help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
+    cli.add_input_set_option(p)
     cli.add_timing_options(p)
-    args = cli.parse_with_timing_checks(p, argv)
-    return args
+    return cli.parse_with_timing_checks(p, argv)
 
 
 def main(argv=None) -> int:

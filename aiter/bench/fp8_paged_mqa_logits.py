@@ -177,8 +177,7 @@ def run(args) -> dict:
         timing = f"perf_counter, {timer.iters} call(s) per turn"
     rows = args.rows or rows
     dtypes = args.logits_dtypes or list(DTYPES)
-    input_sets = {"both": INPUT_SETS, "engine": ("engine",), "make_inputs": ("make_inputs",)}[
-        args.inputs or ("both" if on_gpu else "make_inputs")]
+    input_sets = cli.input_sets(args.inputs, on_gpu)
     control = not args.no_control
     header = (f"device: {machine.device_name(device)} | copy bandwidth {bw / 1e9:.0f} GB/s (read + write) | "
               f"2-D lengths, clean_logits False | timing: {timing}, {rounds} rounds A B / B A"
@@ -333,11 +332,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--head-dims", type=int_list, help=f"comma-separated head dims D (default {D})")
     p.add_argument("--block-kv", type=int_list, help=f"comma-separated keys per cache block (default {BLOCK_KV})")
     p.add_argument("--logits-dtypes", type=dtype_list, help="comma-separated logits dtypes (default float32,bfloat16)")
-    p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
-                   help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
+    cli.add_input_set_option(p)
     cli.add_timing_options(p)
-    args = cli.parse_with_timing_checks(p, argv)
-    return args
+    return cli.parse_with_timing_checks(p, argv)
 
 
 def main(argv=None) -> int:
