@@ -11,6 +11,19 @@ import time
 from aiter.testing.mqa_logits import INPUT_SETS
 
 
+def int_list(example: str):
+    """An argparse type: comma-separated integers >= 1, as a tuple; its error shows `example`."""
+    def parse(text: str):
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. {example}")
+        if not values or any(v < 1 for v in values):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1")
+        return values
+    return parse
+
+
 def add_timing_options(p: argparse.ArgumentParser) -> None:
     """The options of the interleaved timing (aiter.bench.interleave) and of the output files."""
     p.add_argument("--rounds", type=int, help="interleaved rounds per row (GPU: at least 4, the default; CPU: 2)")

@@ -113,16 +113,6 @@ def shape_list(text: str):
     return wanted
 
 
-def int_list(text: str):
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 32,64")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1")
-    return values
-
-
 def name_list(choices):
     def parse(text: str):
         names = [v.strip() for v in text.split(",") if v.strip()]
@@ -400,8 +390,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                "shape syntax: --shapes causal:8192x8192,multi_req:4096x32768 (MODE:MxN), or MxN for every\n"
                "default row of that size (causal if none).\n\n"
                f"{CORE_RULE}.")
-    p.add_argument("--heads", type=int_list, help="comma-separated head counts (default 32,64)")
-    p.add_argument("--head-dims", type=int_list, help="comma-separated head dims (default 128)")
+    p.add_argument("--heads", type=cli.int_list("32,64"), help="comma-separated head counts (default 32,64)")
+    p.add_argument("--head-dims", type=cli.int_list("32,64"), help="comma-separated head dims (default 128)")
     p.add_argument("--shapes", type=shape_list, metavar="[MODE:]MxN,...",
                    help=f"rows to run, comma-separated [mode:]MxN; modes: {', '.join(WINDOW_MODES)} "
                         "(default: the device's list)")

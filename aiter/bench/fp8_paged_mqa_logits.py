@@ -124,16 +124,6 @@ def row_list(text: str):
     return tuple(rows)
 
 
-def int_list(text: str):
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 64,128")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1")
-    return values
-
-
 def dtype_list(text: str):
     names = [v.strip() for v in text.split(",") if v.strip()]
     if not names or any(n not in DTYPES for n in names):
@@ -329,8 +319,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog="Row syntax: --rows 64x256x8192x2,32x64x65536x1 (H x B x context x next_n).")
     p.add_argument("--rows", type=row_list, metavar="HxBxCONTEXTxNEXT_N,...",
                    help="comma-separated rows (default: the device's list)")
-    p.add_argument("--head-dims", type=int_list, help=f"comma-separated head dims D (default {D})")
-    p.add_argument("--block-kv", type=int_list, help=f"comma-separated keys per cache block (default {BLOCK_KV})")
+    p.add_argument("--head-dims", type=cli.int_list("64,128"), help=f"comma-separated head dims D (default {D})")
+    p.add_argument("--block-kv", type=cli.int_list("64,128"),
+                   help=f"comma-separated keys per cache block (default {BLOCK_KV})")
     p.add_argument("--logits-dtypes", type=dtype_list, help="comma-separated logits dtypes (default float32,bfloat16)")
     cli.add_input_set_option(p)
     cli.add_timing_options(p)
