@@ -24,7 +24,7 @@ def int_list(example: str):
     return parse
 
 
-def add_timing_options(p: argparse.ArgumentParser) -> None:
+def _add_timing_options(p: argparse.ArgumentParser) -> None:
     """The options of the interleaved timing (aiter.bench.interleave) and of the output files."""
     p.add_argument("--rounds", type=int, help="interleaved rounds per row (GPU: at least 4, the default; CPU: 2)")
     p.add_argument("--iters", type=int, help="timed calls per turn (GPU: at least 10; CPU default 1)")
@@ -36,7 +36,7 @@ def add_timing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
 
 
-def add_input_set_option(p: argparse.ArgumentParser) -> None:
+def _add_input_set_option(p: argparse.ArgumentParser) -> None:
     """--inputs: which input set(s) a logits bench draws (aiter.testing.mqa_logits.INPUT_SETS)."""
     p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
                    help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
@@ -48,8 +48,11 @@ def input_sets(choice, on_gpu: bool) -> tuple:
         choice or ("both" if on_gpu else "make_inputs")]
 
 
-def parse_with_timing_checks(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
-    """p's arguments, with the timing options' bounds checked as argparse errors."""
+def parse_with_shared_options(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """argv parsed by p with the options both logits benches take added after p's own (the input sets,
+    the interleaved timing, the output files); the timing options' bounds checked as argparse errors."""
+    _add_input_set_option(p)
+    _add_timing_options(p)
     args = p.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds: must be >= 1")

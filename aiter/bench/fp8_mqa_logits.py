@@ -399,9 +399,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")
     p.add_argument("--variants", type=name_list(tuple(VARIANTS)),
                    help=f"comma-separated logits variants (default full): {', '.join(VARIANTS)}")
-    cli.add_input_set_option(p)
-    cli.add_timing_options(p)
-    return cli.parse_with_timing_checks(p, argv)
+    return cli.parse_with_shared_options(p, argv)
 
 
 def main(argv=None) -> int:

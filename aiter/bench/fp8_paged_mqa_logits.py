@@ -323,9 +323,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--block-kv", type=cli.int_list("64,128"),
                    help=f"comma-separated keys per cache block (default {BLOCK_KV})")
     p.add_argument("--logits-dtypes", type=dtype_list, help="comma-separated logits dtypes (default float32,bfloat16)")
-    cli.add_input_set_option(p)
-    cli.add_timing_options(p)
-    return cli.parse_with_timing_checks(p, argv)
+    return cli.parse_with_shared_options(p, argv)
 
 
 def main(argv=None) -> int:
