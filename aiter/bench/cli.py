@@ -8,6 +8,7 @@ import json
 import sys
 import time
 
+from aiter.bench import machine
 from aiter.testing.mqa_logits import INPUT_SETS
 
 
@@ -77,6 +78,15 @@ def run_and_report(args, run, to_markdown, count_rows, table_end="\n", count_to_
     print(f"({count_rows(result)} rows in {time.time() - start:.0f} s)",
           file=sys.stdout if count_to_stdout else sys.stderr)
     return 0
+
+
+def table_head(table: dict, columns) -> list:
+    """The markdown lines that open one input set's table: its name, the GPU clock and power before
+    and after it, and the header row of `columns`."""
+    return [f"### inputs: {table['inputs']}", "",
+            f"GPU before: {machine.format_clock_power(table['clock_before'])} | "
+            f"after: {machine.format_clock_power(table['clock_after'])}", "",
+            "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def fmt(x, digits=1):

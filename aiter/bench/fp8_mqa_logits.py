@@ -329,10 +329,7 @@ def summary_lines(table: dict) -> list:
 def to_markdown(result: dict) -> str:
     lines = [result["header"], ""]
     for t in result["tables"]:
-        lines += [f"### inputs: {t['inputs']}", "",
-                  f"GPU before: {machine.format_clock_power(t['clock_before'])} | "
-                  f"after: {machine.format_clock_power(t['clock_after'])}", "",
-                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += cli.table_head(t, COLUMNS)
         lines += [_md_row(r) for r in t["rows"]]
         lines += [""] + summary_lines(t) + [""]
     if result.get("skipped_for_time_limit"):

@@ -284,10 +284,7 @@ def _md_row(r) -> str:
 def to_markdown(result: dict) -> str:
     lines = [result["header"], ""]
     for t in result["tables"]:
-        lines += [f"### inputs: {t['inputs']}", "",
-                  f"GPU before: {machine.format_clock_power(t['clock_before'])} | "
-                  f"after: {machine.format_clock_power(t['clock_after'])}", "",
-                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += cli.table_head(t, COLUMNS)
         lines += [_md_row(r) for r in t["rows"]] + [""]
         for sm in t["summary"]:
             aa = ("" if sm["aa_geomean"] is None else
