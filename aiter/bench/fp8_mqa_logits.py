@@ -31,7 +31,6 @@ small shapes, no graph and no clock read; the baseline is the same computation i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -39,7 +38,7 @@ import torch
 
 from aiter.bench import baselines, cli, interleave, machine
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits, is_supported
-from aiter.testing.mqa_logits import (INPUT_SETS, WINDOW_MODES, clamped_windows, compress_logits, in_window_pairs,
+from aiter.testing.mqa_logits import (WINDOW_MODES, clamped_windows, compress_logits, in_window_pairs,
                                       make_input_set, make_windows, mode_applies, window_mask)
 
 GPU_SHAPES = baselines.BENCHMARK_SHAPES
@@ -112,16 +111,6 @@ def shape_list(text: str):
     if not wanted:
         raise argparse.ArgumentTypeError("no shape given")
     return wanted
-
-
-def int_list(text: str):
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 32,64")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1")
-    return values
 
 
 def name_list(choices):
@@ -207,8 +196,7 @@ def run(args) -> dict:
     head_dims = args.head_dims or (128,)
     cleans = {"both": (True, False), "1": (True,), "0": (False,)}[args.clean]
     variants = args.variants or ["full"]
-    input_sets = {"both": INPUT_SETS, "engine": ("engine",), "make_inputs": ("make_inputs",)}[
-        args.inputs or ("both" if on_gpu else "make_inputs")]
+    input_sets = cli.input_sets(args.inputs, on_gpu)
     rounds = s["rounds"]
     control = not args.no_control
     header = (f"device: {s['name']} | {s['peak_how']}: {s['peak'] / 1e12:.3g} TFLOP/s | copy bandwidth "
@@ -341,10 +329,7 @@ def summary_lines(table: dict) -> list:
 def to_markdown(result: dict) -> str:
     lines = [result["header"], ""]
     for t in result["tables"]:
-        lines += [f"### inputs: {t['inputs']}", "",
-                  f"GPU before: {machine.format_clock_power(t['clock_before'])} | "
-                  f"after: {machine.format_clock_power(t['clock_after'])}", "",
-                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += cli.table_head(t, COLUMNS)
         lines += [_md_row(r) for r in t["rows"]]
         lines += [""] + summary_lines(t) + [""]
     if result.get("skipped_for_time_limit"):
@@ -402,8 +387,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                "shape syntax: --shapes causal:8192x8192,multi_req:4096x32768 (MODE:MxN), or MxN for every\n"
                "default row of that size (causal if none).\n\n"
                f"{CORE_RULE}.")
-    p.add_argument("--heads", type=int_list, help="comma-separated head counts (default 32,64)")
-    p.add_argument("--head-dims", type=int_list, help="comma-separated head dims (default 128)")
+    p.add_argument("--heads", type=cli.int_list("32,64"), help="comma-separated head counts (default 32,64)")
+    p.add_argument("--head-dims", type=cli.int_list("32,64"), help="comma-separated head dims (default 128)")
     p.add_argument("--shapes", type=shape_list, metavar="[MODE:]MxN,...",
                    help=f"rows to run, comma-separated [mode:]MxN; modes: {', '.join(WINDOW_MODES)} "
                         "(default: the device's list)")
@@ -411,11 +396,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clean", choices=("both", "1", "0"), default="both", help="clean_logits values to run")
     p.add_argument("--variants", type=name_list(tuple(VARIANTS)),
                    help=f"comma-separated logits variants (default full): {', '.join(VARIANTS)}")
-    p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
-                   help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
-    cli.add_timing_options(p)
-    args = cli.parse_with_timing_checks(p, argv)
-    return args
+    return cli.parse_with_shared_options(p, argv)
 
 
 def main(argv=None) -> int:
@@ -423,17 +404,8 @@ def main(argv=None) -> int:
     if args.estimate:
         print_estimate(args)
         return 0
-    t0 = time.time()
-    result = run(args)
-    table = to_markdown(result)
-    print(table, end="")
-    print(f"({len(result['rows'])} rows in {time.time() - t0:.0f} s)")
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(table)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["rows"]), table_end="",
+                              count_to_stdout=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ deep_gemm package is importable. CPU: a few small rows against the float64 refer
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -125,16 +124,6 @@ def row_list(text: str):
     return tuple(rows)
 
 
-def int_list(text: str):
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 64,128")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1")
-    return values
-
-
 def dtype_list(text: str):
     names = [v.strip() for v in text.split(",") if v.strip()]
     if not names or any(n not in DTYPES for n in names):
@@ -178,8 +167,7 @@ def run(args) -> dict:
         timing = f"perf_counter, {timer.iters} call(s) per turn"
     rows = args.rows or rows
     dtypes = args.logits_dtypes or list(DTYPES)
-    input_sets = {"both": INPUT_SETS, "engine": ("engine",), "make_inputs": ("make_inputs",)}[
-        args.inputs or ("both" if on_gpu else "make_inputs")]
+    input_sets = cli.input_sets(args.inputs, on_gpu)
     control = not args.no_control
     header = (f"device: {machine.device_name(device)} | copy bandwidth {bw / 1e9:.0f} GB/s (read + write) | "
               f"2-D lengths, clean_logits False | timing: {timing}, {rounds} rounds A B / B A"
@@ -296,10 +284,7 @@ def _md_row(r) -> str:
 def to_markdown(result: dict) -> str:
     lines = [result["header"], ""]
     for t in result["tables"]:
-        lines += [f"### inputs: {t['inputs']}", "",
-                  f"GPU before: {machine.format_clock_power(t['clock_before'])} | "
-                  f"after: {machine.format_clock_power(t['clock_after'])}", "",
-                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += cli.table_head(t, COLUMNS)
         lines += [_md_row(r) for r in t["rows"]] + [""]
         for sm in t["summary"]:
             aa = ("" if sm["aa_geomean"] is None else
@@ -331,14 +316,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog="Row syntax: --rows 64x256x8192x2,32x64x65536x1 (H x B x context x next_n).")
     p.add_argument("--rows", type=row_list, metavar="HxBxCONTEXTxNEXT_N,...",
                    help="comma-separated rows (default: the device's list)")
-    p.add_argument("--head-dims", type=int_list, help=f"comma-separated head dims D (default {D})")
-    p.add_argument("--block-kv", type=int_list, help=f"comma-separated keys per cache block (default {BLOCK_KV})")
+    p.add_argument("--head-dims", type=cli.int_list("64,128"), help=f"comma-separated head dims D (default {D})")
+    p.add_argument("--block-kv", type=cli.int_list("64,128"),
+                   help=f"comma-separated keys per cache block (default {BLOCK_KV})")
     p.add_argument("--logits-dtypes", type=dtype_list, help="comma-separated logits dtypes (default float32,bfloat16)")
-    p.add_argument("--inputs", choices=("both",) + INPUT_SETS,
-                   help="input set(s): engine, make_inputs or both (default: both on a GPU, make_inputs on the CPU)")
-    cli.add_timing_options(p)
-    args = cli.parse_with_timing_checks(p, argv)
-    return args
+    return cli.parse_with_shared_options(p, argv)
 
 
 def main(argv=None) -> int:
@@ -358,17 +340,7 @@ def main(argv=None) -> int:
         print(f"estimated total: {total:.0f} s for {n_sets} input set(s), {n_dt} logits dtype(s) (plus ~2 s of "
               f"machine figures, and the baseline's first-use JIT build of each kernel it has not built before)")
         return 0
-    start = time.time()
-    result = run(args)
-    text = to_markdown(result)
-    print(text)
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-    print(f"({len(result['rows'])} rows in {time.time() - start:.0f} s)", file=sys.stderr)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["rows"]))
 
 
 if __name__ == "__main__":

@@ -22,13 +22,11 @@ CPU) runs a few small rows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
 import torch
 
-from aiter.bench import interleave, machine
+from aiter.bench import cli, interleave, machine
 from aiter.bench.baselines import deepgemm_logits
 from aiter.bench.fp8_paged_mqa_logits import deepgemm_paged, make_decode_step
 from aiter.ops.fp8_mqa_logits import fp8_mqa_logits
@@ -280,17 +278,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds: must be >= 1")
-    start = time.time()
-    result = run(args)
-    text = to_markdown(result)
-    print(text)
-    if args.out:
-        with open(args.out + ".json", "w") as f:
-            json.dump(result, f, indent=1)
-        with open(args.out + ".md", "w") as f:
-            f.write(text)
-    print(f"({len(result['prefill']) + len(result['decode'])} rows in {time.time() - start:.0f} s)", file=sys.stderr)
-    return 0
+    return cli.run_and_report(args, run, to_markdown, lambda result: len(result["prefill"]) + len(result["decode"]))
 
 
 if __name__ == "__main__":

@@ -84,6 +84,21 @@ def gpu_backend(index: int):
     return backends.gpu_backend_for(torch, index)
 
 
+def device_backend(device):
+    """The backend that would run an op on ``device`` (None: default_device()) for the is_supported
+    checks: the CPU backend for the CPU, the GPU's own for a visible CUDA or ROCm device; None where
+    none would: an unreadable device, another device type, no visible GPU, a GPU no backend runs on."""
+    try:
+        dev = default_device() if device is None else torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        return None
+    if dev.type == "cpu":
+        return backends.backends()["cpu"]
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+
+
 # ---- the public entries' checks of Python values -----------------------------------------------------
 # The schema's own refusals of a wrong Python type name no argument in the op's words, and a silent
 # conversion (bool(x), int(x)) would read a mistake as a value; the entries check first.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from aiter import backends
 from aiter.ops import _boundary as b
 
 __all__ = ["fp8_fp4_mqa_logits", "fp8_mqa_logits", "fp8_mqa_logits_deepgemm", "is_supported"]
@@ -241,15 +240,6 @@ def is_supported(num_heads, head_dim, device=None, logits_dtype=torch.float32, c
         return False
     if logits_dtype not in b.LOGITS_DTYPES or not isinstance(compressed, bool) or not isinstance(clean_logits, bool):
         return False
-    try:
-        dev = b.default_device() if device is None else torch.device(device)
-    except (TypeError, RuntimeError, ValueError):
-        return False
-    if dev.type == "cpu":
-        backend = backends.backends()["cpu"]
-    elif dev.type != "cuda" or not torch.cuda.is_available():
-        return False
-    else:
-        backend = b.gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+    backend = b.device_backend(device)
     return backend is not None and backend.serves(H, D, bf16_logits=logits_dtype == torch.bfloat16,
                                                   compressed=compressed, clean_logits=clean_logits)

@@ -259,13 +259,5 @@ def is_supported(num_heads, head_dim, device=None, block_kv=64, next_n=1, logits
         return False
     if min(values) < 1 or logits_dtype not in b.LOGITS_DTYPES:
         return False
-    try:
-        dev = b.default_device() if device is None else torch.device(device)
-    except (TypeError, RuntimeError, ValueError):
-        return False
-    if dev.type == "cpu":
-        return True
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return False
-    backend = b.gpu_backend(dev.index if dev.index is not None else torch.cuda.current_device())
+    backend = b.device_backend(device)
     return backend is not None and backend.serves_paged(*values)
