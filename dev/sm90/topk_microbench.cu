@@ -1,8 +1,7 @@
 // The sm90 top-k kernels alone on synthetic logits: the shipped launcher (cluster_select.cuh where the
 // plan fits, else two_pass_select.cuh) against the two-pass kernel launched directly (the kernel
-// before the cluster one) and against topk_cluster_select_wip.cuh (the cluster kernel with a match per
-// key in its coarse pass) on the same plan, same inputs, same run. A microbenchmark (dev tree, not
-// shipped).
+// before the cluster one), same inputs, same run. A microbenchmark (dev tree, not shipped); an A/B of
+// two builds of the cluster kernel runs this binary from each tree, interleaved.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc -o /tmp/topk_microbench \
 //        dev/sm90/topk_microbench.cu && /tmp/topk_microbench [--iters N] [--k K] [--no-old]
@@ -14,8 +13,8 @@
 // threshold's bin holds what real rows hold. Each call runs on a cold L2 (a 256 MiB write before it,
 // outside the timed span); the median of --iters calls. GB/s = the windows' logits bytes over the
 // time, against the H200's ~4.2 TB/s copy bandwidth. The kernels' indices must agree bit for bit (all
-// are exact); a mismatch is printed and makes the exit status 1. "wip us" is the match-per-key cluster
-// kernel ("-" where the plan uses the two-pass kernel).
+// are exact); a mismatch is printed and makes the exit status 1. The op tests stay the gate for a
+// kernel change: these rows are few.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,7 +24,6 @@
 #include <vector>
 
 #include "sm90/topk/topk_launcher.cu"
-#include "topk_cluster_select_wip.cuh"
 
 namespace {
 
@@ -71,30 +69,6 @@ struct Shape {
   bool ragged = false;  // windows of random start and length, many shorter than k
 };
 
-// The match-per-key cluster kernel on the launcher's plan (plan.cluster > 0).
-template <typename Elem>
-cudaError_t launch_wip(const TopkPerRowParams& p, const aiter::sm90::topk::ClusterPlan& plan, cudaStream_t stream) {
-  namespace wip = aiter::sm90::topk::cluster_select_wip;
-  // Its shared state is larger than the shipped kernel's: the same staging capacity, its own layout.
-  const size_t smem = static_cast<size_t>(wip::smem_bytes(plan.stage_capacity, sizeof(Elem)));
-  cudaError_t err = cudaFuncSetAttribute(wip::cluster_select_kernel<Elem>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.rows * plan.cluster), 1, 1);
-  config.blockDim = dim3(wip::kThreads, 1, 1);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, wip::cluster_select_kernel<Elem>, p, plan.stage_capacity);
-}
-
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -130,7 +104,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs | k = %d | cold L2, median of %d | GB/s of window logits, %% of 4200\n", prop.name,
               prop.multiProcessorCount, k, iters);
   std::printf("| shape | dtype | rows x width | CTAs per row, KiB each | new us | new GB/s | new %% of 4200 | old us | "
-              "old GB/s | speedup | wip us | equal |\n");
+              "old GB/s | speedup | equal |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const size_t flush_bytes = size_t(256) << 20;
   void* flush = nullptr;
@@ -146,13 +120,12 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     const size_t elem = sh.bf16 ? 2 : 4;
     void* logits = nullptr;
-    int32_t *starts = nullptr, *ends = nullptr, *idx_new = nullptr, *idx_old = nullptr, *idx_wip = nullptr;
+    int32_t *starts = nullptr, *ends = nullptr, *idx_new = nullptr, *idx_old = nullptr;
     CHECK(cudaMalloc(&logits, size_t(sh.rows) * sh.width * elem));
     CHECK(cudaMalloc(&starts, sh.rows * 4));
     CHECK(cudaMalloc(&ends, sh.rows * 4));
     CHECK(cudaMalloc(&idx_new, size_t(sh.rows) * k * 4));
     CHECK(cudaMalloc(&idx_old, size_t(sh.rows) * k * 4));
-    CHECK(cudaMalloc(&idx_wip, size_t(sh.rows) * k * 4));
     fill_logits<<<1024, 256, 0, stream>>>(logits, sh.bf16, sh.rows, sh.width, 12345 + sh.rows + sh.width);
     std::vector<int32_t> hs(sh.rows, 0), he(sh.rows);
     double bytes = 0;
@@ -204,7 +177,7 @@ int main(int argc, char** argv) {
     aiter::sm90::topk::DeviceInfo* info = nullptr;
     aiter::sm90::topk::device_info(dev, &info);
     const aiter::sm90::topk::ClusterPlan plan = aiter::sm90::topk::plan_cluster(p, *info);
-    double t_old = 0, t_wip = 0;
+    double t_old = 0;
     bool equal = true;
     if (old) {
       TopkPerRowParams q = p;
@@ -218,25 +191,12 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(a.data(), idx_new, a.size() * 4, cudaMemcpyDeviceToHost));
       CHECK(cudaMemcpy(b.data(), idx_old, b.size() * 4, cudaMemcpyDeviceToHost));
       equal = a == b;
-      if (plan.cluster > 0) {
-        TopkPerRowParams w = p;
-        w.indices = idx_wip;
-        t_wip = time_it([&] {
-          CHECK(sh.bf16 ? launch_wip<uint16_t>(w, plan, stream) : launch_wip<float>(w, plan, stream));
-        });
-        std::vector<int32_t> c(size_t(sh.rows) * k);
-        CHECK(cudaMemcpy(c.data(), idx_wip, c.size() * 4, cudaMemcpyDeviceToHost));
-        equal = equal && c == b;
-      }
       if (!equal) status = 1;
     }
     const double gbps = bytes / (t_new * 1e-6) / 1e9;
-    char old_cells[128] = "- | - | - | -";
-    if (old && plan.cluster > 0)
-      std::snprintf(old_cells, sizeof(old_cells), "%.1f | %.0f | %.2f | %.1f", t_old, bytes / (t_old * 1e-6) / 1e9,
-                    t_old / t_new, t_wip);
-    else if (old)
-      std::snprintf(old_cells, sizeof(old_cells), "%.1f | %.0f | %.2f | -", t_old, bytes / (t_old * 1e-6) / 1e9,
+    char old_cells[128] = "- | - | -";
+    if (old)
+      std::snprintf(old_cells, sizeof(old_cells), "%.1f | %.0f | %.2f", t_old, bytes / (t_old * 1e-6) / 1e9,
                     t_old / t_new);
     std::printf("| %s | %s | %lldx%lld | %d, %.1f | %.1f | %.0f | %.0f%% | %s | %s |\n", sh.what,
                 sh.bf16 ? "bf16" : "f32", static_cast<long long>(sh.rows), static_cast<long long>(sh.width),
@@ -248,7 +208,6 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(ends));
     CHECK(cudaFree(idx_new));
     CHECK(cudaFree(idx_old));
-    CHECK(cudaFree(idx_wip));
   }
   return status;
 }
