@@ -111,8 +111,8 @@ def prefill_row(mode, M, N, H, k, device, timer, peer, rounds=ROUNDS):
     def topk_only():
         top_k_per_row_prefill(logits_buf, ks, ke, out, None, M, logits_buf.stride(0), 1, k)
 
-    sides = dict(fused=fused, unfused=unfused, logits=lambda: fp8_mqa_logits(q, kv, scales, weights, ks, ke, False),
-                 topk=topk_only)
+    sides = dict(fused=fused, unfused=unfused, topk=topk_only,
+                 logits=lambda: fp8_mqa_logits(q, kv, scales, weights, ks, ke, False))
     peer_topk = None
     if peer is not None:
         peer_logits = _works(lambda: peer(q, kv, scales, weights, ks, ke, True), f"{mode} {M}x{N} H={H}")

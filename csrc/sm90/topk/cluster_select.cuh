@@ -6,7 +6,8 @@
 //            in flight at once and no registers hold it; a few threads load the unaligned head and tail.
 //   coarse:  as each piece lands, the CTA histograms the top kCoarseBits bits of its choosable keys
 //            (common/indexer_topk_params.h: topk_key; key 0, NaN and -inf, is skipped) in shared
-//            memory, one increment per key (the atomic unit sums the lanes of one address).
+//            memory, one increment per key (the atomic unit sums the lanes of one address); a
+//            float32 slice's keys replace its values in the stage, for the passes after it.
 //   pick:    every CTA reads the cluster's histograms through distributed shared memory and sums them,
 //            in two steps (the sums of groups of bins, then the bins of the one group that holds the
 //            wanted key), and fixes the bin holding the row's k-th largest key. Every CTA computes the
@@ -180,8 +181,9 @@ __device__ __forceinline__ void staged_keys(const uint4 raw, uint32_t (&keys)[4]
 __device__ __forceinline__ void staged_keys(const uint4 raw, uint32_t (&keys)[8]) { keys_of(raw, keys); }
 
 // Calls f(key, j) for the staged elements j in [e0, e1) (both multiples of the vector width) after the
-// coarse pass, 16 bytes per thread per step (conflict-free 128-bit shared loads). Every thread of the CTA makes the same
-// calls, so f may vote across the warp; a thread past e1 passes key 0 (never counted).
+// coarse pass, 16 bytes per thread per step (conflict-free 128-bit shared loads). Every thread of the
+// CTA makes the same calls, so f may vote across the warp; a thread past e1 passes key 0 (never
+// counted).
 template <typename Elem, typename F>
 __device__ __forceinline__ void for_vector_keys(const Elem* stage, int e0, int e1, F&& f) {
   constexpr int kVec = 16 / sizeof(Elem);
