@@ -633,10 +633,16 @@ def _wait_until_gone(text: str, timeout: float) -> list:
         time.sleep(0.05)
 
 
+def _sigint_default():
+    # A process started in the background by a non-interactive shell inherits SIGINT ignored; the
+    # builder stands for one in a terminal, where Ctrl-C raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _tiny_process(tiny, **env_extra) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.fspath(tiny.root.parent / "driver.py"), os.fspath(tiny.root), "build"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(tiny.cache, **env_extra), start_new_session=True)
+                            env=_env(tiny.cache, **env_extra), start_new_session=True, preexec_fn=_sigint_default)
 
 
 def test_killed_builder_takes_its_compilers_with_it(tiny, slow_cxx):
