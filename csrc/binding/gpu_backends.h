@@ -86,13 +86,18 @@ struct GpuFamily {
   const TopkGpuBackend* topk;
 };
 
+// GpuFamily::struct_sizes as this build of these structs has them: what an export records and what
+// the CPU module compares before it calls through an entry.
+inline constexpr uint32_t kGpuFamilyStructSizes[4] = {sizeof(GpuFamily), sizeof(GpuBackend),
+                                                      sizeof(PagedGpuBackend), sizeof(TopkGpuBackend)};
+
 // The export of a family's GPU module (binding/families/<target>_<family>.cpp) built for `target`
 // whose one entry is `entry`; the family follows from the entry's type. Constant expressions, so
 // that the export is initialised before any code of the module runs.
 constexpr GpuFamily gpu_family_of(const char* target, const char* family, const GpuBackend* prefill,
                                   const PagedGpuBackend* paged, const TopkGpuBackend* topk) {
   return {kGpuFamilyLayout,
-          {sizeof(GpuFamily), sizeof(GpuBackend), sizeof(PagedGpuBackend), sizeof(TopkGpuBackend)},
+          {kGpuFamilyStructSizes[0], kGpuFamilyStructSizes[1], kGpuFamilyStructSizes[2], kGpuFamilyStructSizes[3]},
           target, family, prefill, paged, topk};
 }
 constexpr GpuFamily gpu_family_of(const char* target, const GpuBackend* entry) {

@@ -73,9 +73,8 @@ std::string register_ops() {
 PyObject* attach_gpu_family(PyObject*, PyObject* capsule) {
   const auto* family = static_cast<const aiter::GpuFamily*>(PyCapsule_GetPointer(capsule, aiter::kGpuFamilyCapsule));
   if (family == nullptr) return nullptr;  // not a capsule of that name: PyCapsule_GetPointer set the error
-  const uint32_t sizes[4] = {sizeof(aiter::GpuFamily), sizeof(aiter::GpuBackend), sizeof(aiter::PagedGpuBackend),
-                             sizeof(aiter::TopkGpuBackend)};
-  if (family->layout != aiter::kGpuFamilyLayout || std::memcmp(family->struct_sizes, sizes, sizeof(sizes)) != 0) {
+  if (family->layout != aiter::kGpuFamilyLayout ||
+      std::memcmp(family->struct_sizes, aiter::kGpuFamilyStructSizes, sizeof(aiter::kGpuFamilyStructSizes)) != 0) {
     PyErr_Format(PyExc_ImportError,
                  "%s: the GPU module of %s/%s was built against another layout of binding/gpu_backends.h "
                  "(layout %u, this module's %u); rebuild both from one source tree",
