@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "sm90/common/exact.cuh"
+#include "sm90/common/reduce.cuh"
 #include "sm90/ptx/ld_st.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
@@ -89,7 +90,7 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, cons
 // and 1/2 is exact, so the result is bit-identical to fmaxf(x, 0) * w).
 template <int H>
 struct HeadSums {
-  float value[2][BlockShape<H>::kRowsPerWarpgroup];  // [key row i of the fragment][row]
+  float value[2 * BlockShape<H>::kRowsPerWarpgroup];  // [key row i of the fragment * kRowsPerWarpgroup + row]
 };
 
 // relu, x w, and this thread's share of the head sum: 8 heads of each (key, row) it holds.
@@ -124,41 +125,31 @@ __device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const B
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      sum.value[i][r] = part[i][r][0];
+      float& value = sum.value[i * kRows + r];
+      value = part[i][r][0];
 #pragma unroll
-      for (int c = 1; c < kChains; ++c) sum.value[i][r] += part[i][r][c];
+      for (int c = 1; c < kChains; ++c) value += part[i][r][c];
     }
   return sum;
 }
 
-// Quad reduce-scatter of the head sums, x kv_scale, store: each thread ends with kRowsPerWarpgroup / 2
-// values of one key (`key`), the rows of BlockRows.
+// Quad reduce-scatter of the head sums (common/reduce.cuh, halves: lane bit 1 picks the key row i,
+// bit 0 the row half), x kv_scale, store: each thread ends with kRowsPerWarpgroup / 2 values of one
+// key (`key`), the rows of BlockRows.
 template <int H, class Logits>
-__device__ __forceinline__ void reduce_store(const HeadSums<H>& sum, const BlockRows<H, Logits>& rows, float half_kv_scale,
+__device__ __forceinline__ void reduce_store(HeadSums<H> sum, const BlockRows<H, Logits>& rows, float half_kv_scale,
                                              int key, const KernelArgs& args, int lane) {
-  constexpr int kRows = BlockShape<H>::kRowsPerWarpgroup;
-  // Lanes with bit 1 set keep key row i = 1, then bit 0 picks the row half.
-  const bool hi_key = lane & 2, hi_rows = lane & 1;
   const bool key_ok = key < static_cast<int>(args.N);
-  float reduced[kRows];
+  quad_reduce_scatter_halves(sum.value, lane & 3);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float keep = hi_key ? sum.value[1][r] : sum.value[0][r];
-    const float send = hi_key ? sum.value[0][r] : sum.value[1][r];
-    reduced[r] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-  }
-#pragma unroll
-  for (int k = 0; k < kRows / 2; ++k) {
-    const float keep = hi_rows ? reduced[kRows / 2 + k] : reduced[k];
-    const float send = hi_rows ? reduced[k] : reduced[kRows / 2 + k];
-    float value = (keep + __shfl_xor_sync(0xffffffffu, send, 1)) * half_kv_scale;
+  for (int k = 0; k < BlockShape<H>::kRowsPerWarpgroup / 2; ++k) {
+    float value = sum.value[k] * half_kv_scale;
     const bool outside = key < rows.window[k].x || key >= rows.window[k].y;
     value = outside ? __int_as_float(0xff800000) : value;
     // Without clean_logits only in-window elements are written: an empty row stays untouched.
     typename Logits::Element* const row =
         rows.out_row + (Logits::kCompressed ? rows.row_offset[k] : k * args.out_stride);
-    store_if(row + key, value,
-             key_ok && ((rows.stores >> (2 * k + outside)) & 1));
+    store_if(row + key, value, key_ok && ((rows.stores >> (2 * k + outside)) & 1));
   }
 }
 
