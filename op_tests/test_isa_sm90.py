@@ -92,7 +92,7 @@ def test_relu_order_is_reported():
 # A math loop with every budget kind, a cold block (taken on a block's last tile), an out-of-line
 # mbarrier retry and a backward vote loop inside: the steady path skips the cold block and takes no
 # retry, and every instruction on it lands in its kind.
-BUDGET_NAME = ("_ZN5aiter4sm9026fp8_mqa_logits_sm90_kernelILi32ELi128ENS0_12LogitsFormatIfLb0EEEEEv14CUtensorMap_st"
+BUDGET_NAME = ("_ZN5aiter4sm9026fp8_mqa_logits_sm90_kernelILi32ELi128ENS_12LogitsFormatIfLb0EEEEEv14CUtensorMap_st"
                "S4_NS_18Fp8MqaLogitsParamsEPK4int2")
 BUDGET_LOOP = """        /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   ULEA UR24, UR7, UR22, 0x3 ;

@@ -22,6 +22,7 @@
 #include <hip/hip_runtime.h>
 #include <stdint.h>
 
+#include "common/logits_dtype.h"
 #include "gfx950/geometry.h"
 #include "gfx950/layout.h"
 #include "gfx950/primitives.h"
@@ -70,10 +71,12 @@ __device__ __forceinline__ void reduce_two(float& xa, float& xb, float& ya, floa
       : "v"(sx));
 }
 
-// Element: float or __bf16 (the logits dtype). kCompressed: the compressed layout, whose rows each
-// have their own key limit (s_m + out_columns); the full layout's rows share N.
-template <class V, typename Element, bool kCompressed>
+// Logits: a LogitsFormat (common/logits_dtype.h). Its element: float or __bf16; its layout: full,
+// whose rows share the key limit N, or compressed, whose rows each have their own (s_m + out_columns).
+template <class V, class Logits>
 struct Epilogue {
+  using Element = typename Logits::Element;
+  static constexpr bool kCompressed = Logits::kCompressed;
   static constexpr int kElementBytes = sizeof(Element);
   static constexpr int kChainSets = V::kChainSets;
   using Chains = float[kSubTiles][kChainSets][2];  // [sub-tile][chain set][even/odd]

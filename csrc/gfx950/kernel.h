@@ -69,9 +69,12 @@
 namespace aiter {
 namespace gfx950 {
 
-// V: the Variant (geometry.h); Element: float or __bf16 logits; kCompressed: the compressed layout.
-template <class V, typename Element, bool kCompressed>
+// V: the Variant (geometry.h); Logits: a LogitsFormat (common/logits_dtype.h) of float or __bf16,
+// full or compressed.
+template <class V, class Logits>
 struct Fp8MqaLogitsGfx950 {
+  using Element = typename Logits::Element;
+  static constexpr bool kCompressed = Logits::kCompressed;
   using Lds = LdsLayout<V>;
   static constexpr int kStageKeys = V::kStageKeys;
   static constexpr int kRowsPerWave = V::kRowsPerWave;
@@ -86,7 +89,7 @@ struct Fp8MqaLogitsGfx950 {
 
   const Workgroup<V> wg;
   const KeyPipeline<V> pipeline;
-  const Epilogue<V, Element, kCompressed> epilogue;
+  const Epilogue<V, Logits> epilogue;
 
   __device__ Fp8MqaLogitsGfx950(const KernelArgs& args, uint8_t* lds_base)
       : wg(args, lds_base), pipeline(wg), epilogue(wg) {}
@@ -425,10 +428,10 @@ struct Fp8MqaLogitsGfx950 {
   }
 };
 
-template <class V, typename Element, bool kCompressed>
+template <class V, class Logits>
 __device__ __forceinline__ void fp8_mqa_logits_gfx950_body(const KernelArgs& args) {
   __shared__ __attribute__((aligned(1024))) uint8_t lds[LdsLayout<V>::bytes];
-  Fp8MqaLogitsGfx950<V, Element, kCompressed>(args, lds).run();
+  Fp8MqaLogitsGfx950<V, Logits>(args, lds).run();
 }
 
 }  // namespace gfx950
@@ -442,8 +445,8 @@ __device__ __forceinline__ void fp8_mqa_logits_gfx950_body(const KernelArgs& arg
 #define GFX950_DEFINE_INSTANCE(NAME, H, D, SMALL, ELEMENT, COMPRESSED)                              \
   extern "C" __global__ __launch_bounds__(aiter::gfx950::kThreads) void NAME(                      \
       aiter::gfx950::KernelArgs args) {                                                             \
-    aiter::gfx950::fp8_mqa_logits_gfx950_body<aiter::gfx950::Variant<H, D, SMALL>, ELEMENT,         \
-                                              COMPRESSED>(args);                                     \
+    aiter::gfx950::fp8_mqa_logits_gfx950_body<aiter::gfx950::Variant<H, D, SMALL>,                  \
+                                              aiter::LogitsFormat<ELEMENT, COMPRESSED>>(args);       \
   }                                                                                                 \
   const char* aiter::gfx950::launch_##NAME(const KernelArgs& args, void* stream) {                  \
     hipLaunchKernelGGL(NAME, dim3(args.grid_x, args.grid_y), dim3(kThreads), 0,                     \

@@ -40,7 +40,7 @@ namespace aiter {
 namespace sm90 {
 
 // `block_units`: [num_blocks] int2, written by price_blocks_kernel just before on the stream.
-// Logits: what the kernel writes (work.cuh: LogitsFormat), like H and D an instance of its own.
+// Logits: what the kernel writes (a LogitsFormat, common/logits_dtype.h), like H and D an instance of its own.
 template <int H, int D, class Logits>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_mqa_logits_sm90_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,

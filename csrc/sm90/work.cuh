@@ -49,15 +49,6 @@ struct HeadDimShape {
   static constexpr int kMmaSteps = D / 32;
 };
 
-// What the kernel writes, from the call's options: the element (float, or bfloat16 rounded to
-// nearest even from the float result) and the layout (full [M, N], or compressed [M, max_seqlen_k]).
-// A kernel parameter, CUTLASS-style, so each instance's epilogue holds only its own stores.
-template <typename ElementT, bool kCompressedLayout>
-struct LogitsFormat {
-  using Element = ElementT;  // float or __nv_bfloat16
-  static constexpr bool kCompressed = kCompressedLayout;
-};
-
 // Warps 1-3 of the producer warpgroup: the exact rows, then the -inf fill. They synchronise among
 // themselves only, on named barrier 1 (0 is __syncthreads).
 constexpr int kFillThreads = 96;

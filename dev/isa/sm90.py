@@ -259,7 +259,7 @@ def math_loop_budget(text: str):
     return dict(steady=steady, cold=int(long_[0] - short[0]), ops=ops)
 
 
-_LOGITS_KERNEL = re.compile(r"fp8_mqa_logits_sm90_kernelILi(\d+)ELi(\d+)ENS0_12LogitsFormatI(f|13__nv_bfloat16)Lb([01])E")
+_LOGITS_KERNEL = re.compile(r"fp8_mqa_logits_sm90_kernelILi(\d+)ELi(\d+)ENS_12LogitsFormatI(f|13__nv_bfloat16)Lb([01])E")
 
 
 def budget_table(kernels: dict, heads=(32, 64), head_dims=(64, 128)) -> list:
