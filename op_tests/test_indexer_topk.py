@@ -23,6 +23,10 @@ saying so):
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -492,6 +496,56 @@ def test_gpu_matches_cpu_on_same_logits():
             g = logits.cuda()
             top_k_per_row_prefill(g, ks.cuda(), ke.cuda(), gpu, None, 300, 40000, 1, k)
             assert torch.equal(gpu.cpu(), cpu), f"{dtype} k={k}"
+
+
+# A new process's first top-k calls, from threads started together: the module loads once, and the
+# sm90 launcher asks the device once (SM count, shared-memory ceilings) while the others wait for it.
+RACING_FIRST_CALLS = textwrap.dedent("""
+    import sys
+    import threading
+    import torch
+    from aiter import top_k_per_row_prefill
+
+    device = sys.argv[1]
+    rows, width, k, callers = 64, 20000, 1024, 8
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(rows, width, generator=gen).to(device)
+    ks = torch.zeros(rows, dtype=torch.int32, device=device)
+    ke = torch.randint(0, width + 1, (rows,), generator=gen, dtype=torch.int32).to(device)
+    outs = [torch.full((rows, k), -7, dtype=torch.int32, device=device) for _ in range(callers)]
+    barrier, errors = threading.Barrier(callers), []
+
+    def call(i):
+        try:
+            barrier.wait()
+            top_k_per_row_prefill(logits, ks, ke, outs[i], None, rows, width, 1, k)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    assert not errors, errors
+    lone = torch.full((rows, k), -7, dtype=torch.int32, device=device)
+    top_k_per_row_prefill(logits, ks, ke, lone, None, rows, width, 1, k)
+    assert all(torch.equal(out, lone) for out in outs), "a racing caller's indices differ from a lone call's"
+    print("ok")
+""")
+
+
+def test_racing_first_calls(device):
+    # The module is built here first (a build is test_jit's race), so the child's threads race its
+    # load and the first calls.
+    top_k_per_row_prefill(torch.zeros(1, 8, device=device), torch.zeros(1, dtype=torch.int32, device=device),
+                          torch.full((1,), 8, dtype=torch.int32, device=device),
+                          torch.empty(1, 4, dtype=torch.int32, device=device), None, 1, 8, 1, 4)
+    done = subprocess.run([sys.executable, "-c", RACING_FIRST_CALLS, device], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
 @needs_gpu

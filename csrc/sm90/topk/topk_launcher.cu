@@ -7,7 +7,9 @@
 //     row, the row read from global memory twice.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "sm90/topk/cluster_select.cuh"
 #include "sm90/topk/launcher.h"
@@ -28,40 +30,57 @@ constexpr int64_t kTargetSliceKeys = 8192;
 constexpr int64_t kMinSliceKeys = 1024;
 
 struct DeviceInfo {
-  bool ready = false;
   int sms = 0;
   int smem_optin = 0;  // bytes of dynamic shared memory a cluster CTA may opt in to
 };
 
-// Once per device: the SM count, the opt-in shared memory and the kernels' shared-memory ceilings.
-const char* device_info(int device_index, DeviceInfo** out) {
-  static DeviceInfo info[kMaxDevices];
+// The SM count, the opt-in shared memory and the kernels' shared-memory ceilings of one device, asked
+// into a fresh DeviceInfo: every step may run again with the same result.
+cudaError_t query_device(int device_index, DeviceInfo& d) {
+  cudaError_t err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device_index);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_index);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(top_k_per_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kSmemBytes));
+  // The cluster kernels' dynamic shared memory may take what their static part leaves.
+  cudaFuncAttributes attr_f32 = {}, attr_bf16 = {};
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_f32, cluster_select::cluster_select_kernel<float>);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_bf16, cluster_select::cluster_select_kernel<uint16_t>);
+  if (err != cudaSuccess) return err;
+  const size_t static_bytes = attr_f32.sharedSizeBytes > attr_bf16.sharedSizeBytes ? attr_f32.sharedSizeBytes
+                                                                                    : attr_bf16.sharedSizeBytes;
+  d.smem_optin -= static_cast<int>(static_bytes);
+  err = cudaFuncSetAttribute(cluster_select::cluster_select_kernel<float>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(cluster_select::cluster_select_kernel<uint16_t>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
+  return err;
+}
+
+// Once per device, published for every later call; callers racing the first call wait for its
+// answer (a query that fails is asked again by the next call).
+const char* device_info(int device_index, const DeviceInfo** out) {
+  struct Slot {
+    std::mutex mutex;
+    std::atomic<bool> ready{false};
+    DeviceInfo info;
+  };
+  static Slot slots[kMaxDevices];
   if (device_index < 0 || device_index >= kMaxDevices) return "top_k_per_row (sm90): device index out of range";
-  DeviceInfo& d = info[device_index];
-  if (!d.ready) {
-    cudaError_t err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device_index);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                                         device_index);
-    if (err == cudaSuccess)
-      err = cudaFuncSetAttribute(top_k_per_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kSmemBytes));
-    // The cluster kernels' dynamic shared memory may take what their static part leaves.
-    cudaFuncAttributes attr_f32 = {}, attr_bf16 = {};
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_f32, cluster_select::cluster_select_kernel<float>);
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_bf16, cluster_select::cluster_select_kernel<uint16_t>);
-    const size_t static_bytes = attr_f32.sharedSizeBytes > attr_bf16.sharedSizeBytes ? attr_f32.sharedSizeBytes
-                                                                                      : attr_bf16.sharedSizeBytes;
-    d.smem_optin -= static_cast<int>(static_bytes);
-    if (err == cudaSuccess)
-      err = cudaFuncSetAttribute(cluster_select::cluster_select_kernel<float>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
-    if (err == cudaSuccess)
-      err = cudaFuncSetAttribute(cluster_select::cluster_select_kernel<uint16_t>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, d.smem_optin);
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-    d.ready = true;
+  Slot& slot = slots[device_index];
+  if (!slot.ready.load(std::memory_order_acquire)) {
+    const std::lock_guard<std::mutex> lock(slot.mutex);
+    if (!slot.ready.load(std::memory_order_relaxed)) {
+      DeviceInfo d;
+      const cudaError_t err = query_device(device_index, d);
+      if (err != cudaSuccess) return cudaGetErrorString(err);
+      slot.info = d;
+      slot.ready.store(true, std::memory_order_release);
+    }
   }
-  *out = &d;
+  *out = &slot.info;
   return nullptr;
 }
 
@@ -121,7 +140,7 @@ const char* launch(const TopkPerRowParams& params, int device_index, void* strea
   if (params.rows == 0) return nullptr;
   if (params.k < 1 || params.k > kTopkMaxK || params.rows >= (int64_t(1) << 31) || params.width >= (int64_t(1) << 31))
     return "top_k_per_row (sm90): needs 1 <= k <= 4096 and fewer than 2^31 rows and columns";
-  DeviceInfo* d = nullptr;
+  const DeviceInfo* d = nullptr;
   const char* err = device_info(device_index, &d);  // the binding's device guard makes the device current
   if (err != nullptr) return err;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
