@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
       }
     });
     // The launcher's plan (0 CTAs: the two-pass kernel, one CTA per row).
-    aiter::sm90::topk::DeviceInfo* info = nullptr;
+    const aiter::sm90::topk::DeviceInfo* info = nullptr;
     aiter::sm90::topk::device_info(dev, &info);
     const aiter::sm90::topk::ClusterPlan plan = aiter::sm90::topk::plan_cluster(p, *info);
     double t_old = 0;
