@@ -629,8 +629,9 @@ def test_bench_rows_on_the_cpu():
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_wide_rows_and_crowded_bins(dtype):
-    # Rows of 32K and 131K keys (8 CTAs per row), rows whose threshold bin holds more keys than
-    # a CTA lists (near-equal and all-equal logits: fine passes over every staged key), NaN / -inf / ties.
+    # Rows of 32K keys (the register kernel) and 131K keys (the cluster kernel, 8 CTAs per row), rows
+    # whose threshold bin holds more keys than a cluster CTA lists (near-equal and all-equal logits:
+    # fine passes over every staged key), NaN / -inf / ties.
     g = torch.Generator().manual_seed(31)
     for width in (32768, 131072 + 17):
         rows = 6
@@ -655,7 +656,7 @@ def test_gpu_wide_rows_and_crowded_bins(dtype):
 
 
 def _adversarial_rows(width, k, g):
-    """Rows for the cluster kernel's edge cases, each [width] float32."""
+    """Rows for the GPU kernels' edge cases, each [width] float32."""
     rows = [torch.randn(width, generator=g)]
     rows.append(torch.full((width,), 0.5))  # all equal: the lowest columns win
     x = torch.ones(width)  # the k-th value tied many times: k // 2 above it, every other key equal to it
@@ -677,17 +678,28 @@ def _adversarial_rows(width, k, g):
     return torch.stack(rows)
 
 
+def _register_capacity(keys, dtype):
+    """register_select.cuh: max_width, the widest row an instance of `keys` keys per thread holds."""
+    return 1024 * keys - 16 // torch.empty(0, dtype=dtype).element_size() + 1
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_cluster_select_plans(dtype):
-    # Row counts and widths that give the cluster plan 1 to 8 CTAs per row, row pitches and windows off
-    # 16-byte boundaries, every adversarial row kind, k from 1 to 4096: bit for bit the CPU path's
-    # indices and the logits themselves as values.
+def test_gpu_select_kernel_edges(dtype):
+    # The register kernel (rows up to ~33K columns: each instance, at its capacity and one past it) and
+    # the cluster kernel (1 to 8 CTAs per row), row pitches and windows off 16-byte boundaries (the
+    # first 8 rows see whole windows at 8 successive offsets), every adversarial row kind, k from 1 to
+    # 4096: bit for bit the CPU path's indices and the logits themselves as values.
     g = torch.Generator().manual_seed(41)
-    for width, k in ((37, 7), (3000, 512), (8192, 2048), (20000, 1024), (65536 + 5, 4096), (131072, 2048),
-                     (131072 + 17, 512)):
+    cap = [_register_capacity(keys, dtype) for keys in (9, 17, 33)]
+    cases = ((37, 7), (3000, 512), (8192, 2048), (cap[0], 2048), (cap[0] + 1, 4096), (12000, 1024),
+             (cap[1], 4096), (cap[1] + 1, 2048), (20000, 1024), (cap[2], 1), (cap[2] + 1, 2048),
+             (65536 + 5, 4096), (131072, 2048), (131072 + 17, 512))
+    for width, k in cases:
         base = _adversarial_rows(width, k, g)
-        for copies in (1, 24):  # few rows: the cluster grows to fill the SMs; many: it stays small
+        # Few rows: the cluster grows to fill the SMs; many: it stays small, and the register kernel's
+        # CTAs take several rows each (more rows than CTAs in a wave: 264 for the smallest instance).
+        for copies in (1, 24) if width > cap[2] else (1, 24, 40):
             x = base.repeat(copies, 1)
             rows = x.shape[0]
             pitch = width + 3  # odd row pitch: each row's slices sit at another 16-byte offset
@@ -696,7 +708,7 @@ def test_gpu_cluster_select_plans(dtype):
             logits = full[:, :width]
             ks = torch.randint(0, max(1, width // 4), (rows,), generator=g, dtype=torch.int32)
             ke = torch.full((rows,), width, dtype=torch.int32)
-            ks[0] = 0
+            ks[:8] = 0
             if rows > 8:
                 ks[8], ke[8] = 1, 1  # empty
                 ke[9] = ks[9] + min(width - int(ks[9]), k // 2 + 1)  # shorter than k

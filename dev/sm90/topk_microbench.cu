@@ -1,5 +1,5 @@
-// The sm90 top-k kernels alone on synthetic logits: the shipped launcher (cluster_select.cuh where the
-// plan fits, else two_pass_select.cuh) against the two-pass kernel launched directly (the kernel
+// The sm90 top-k kernels alone on synthetic logits: the shipped launcher (register_select.cuh for rows
+// up to ~33K columns, cluster_select.cuh where its plan fits, else two_pass_select.cuh) against the two-pass kernel launched directly (the kernel
 // before the cluster one), same inputs, same run. A microbenchmark (dev tree, not shipped); an A/B of
 // two builds of the cluster kernel runs this binary from each tree, interleaved.
 //
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs | k = %d | cold L2, median of %d | GB/s of window logits, %% of 4200\n", prop.name,
               prop.multiProcessorCount, k, iters);
-  std::printf("| shape | dtype | rows x width | CTAs per row, KiB each | new us | new GB/s | new %% of 4200 | old us | "
+  std::printf("| shape | dtype | rows x width | kernel: CTAs per row, KiB each | new us | new GB/s | new %% of 4200 | old us | "
               "old GB/s | speedup | equal |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const size_t flush_bytes = size_t(256) << 20;
@@ -173,10 +173,19 @@ int main(int argc, char** argv) {
         std::exit(2);
       }
     });
-    // The launcher's plan (0 CTAs: the two-pass kernel, one CTA per row).
+    // The launcher's choice: the register kernel, else the cluster plan (0 CTAs: the two-pass kernel).
     const aiter::sm90::topk::DeviceInfo* info = nullptr;
     aiter::sm90::topk::device_info(dev, &info);
     const aiter::sm90::topk::ClusterPlan plan = aiter::sm90::topk::plan_cluster(p, *info);
+    namespace rs = aiter::sm90::topk::register_select;
+    const int64_t register_cap = sh.bf16 ? rs::max_width<uint16_t, rs::kKeysLarge>() : rs::max_width<float, rs::kKeysLarge>();
+    char kernel[64];
+    if (sh.width <= register_cap)
+      std::snprintf(kernel, sizeof(kernel), "register: 1");
+    else if (plan.cluster > 0)
+      std::snprintf(kernel, sizeof(kernel), "cluster: %d, %.1f", plan.cluster, plan.smem_bytes / 1024.0);
+    else
+      std::snprintf(kernel, sizeof(kernel), "two-pass: 1");
     double t_old = 0;
     bool equal = true;
     if (old) {
@@ -198,9 +207,9 @@ int main(int argc, char** argv) {
     if (old)
       std::snprintf(old_cells, sizeof(old_cells), "%.1f | %.0f | %.2f", t_old, bytes / (t_old * 1e-6) / 1e9,
                     t_old / t_new);
-    std::printf("| %s | %s | %lldx%lld | %d, %.1f | %.1f | %.0f | %.0f%% | %s | %s |\n", sh.what,
+    std::printf("| %s | %s | %lldx%lld | %s | %.1f | %.0f | %.0f%% | %s | %s |\n", sh.what,
                 sh.bf16 ? "bf16" : "f32", static_cast<long long>(sh.rows), static_cast<long long>(sh.width),
-                plan.cluster, plan.smem_bytes / 1024.0, t_new, gbps, 100.0 * gbps / 4200.0, old_cells,
+                kernel, t_new, gbps, 100.0 * gbps / 4200.0, old_cells,
                 old ? (equal ? "yes" : "NO") : "-");
     std::fflush(stdout);
     CHECK(cudaFree(logits));

@@ -43,6 +43,7 @@
 #include "common/indexer_topk_params.h"
 #include "sm90/ptx/barrier.cuh"
 #include "sm90/ptx/tma.cuh"
+#include "sm90/topk/keys.cuh"
 #include "sm90/topk/warp_suffix_scan.cuh"
 
 namespace aiter {
@@ -107,26 +108,6 @@ __host__ __device__ constexpr int64_t bitmap_offset(int64_t stage_elems, int64_t
 __host__ __device__ constexpr int64_t smem_bytes(int64_t stage_elems, int64_t elem_bytes) {
   return bitmap_offset(stage_elems, elem_bytes) + 2 * 4 * bitmap_words(stage_elems);
 }
-
-// topk_key in fewer instructions: adding +0.0 turns -0.0 into +0.0 (and leaves NaN a NaN), the sign
-// flip orders the bits, and one unsigned range test drops -inf (key 0x007FFFFF), the NaNs of either
-// sign (keys below it or above +inf's 0xFF800000) and nothing else.
-__device__ __forceinline__ uint32_t fast_key(float v) {
-  const uint32_t u = __float_as_uint(__fadd_rn(v, 0.0f));
-  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-  return key - 0x00800000u <= 0xFF800000u - 0x00800000u ? key : 0u;
-}
-template <typename Elem>
-__device__ __forceinline__ uint32_t key_of(Elem v);
-template <>
-__device__ __forceinline__ uint32_t key_of<float>(float v) {
-  return fast_key(v);
-}
-template <>
-__device__ __forceinline__ uint32_t key_of<uint16_t>(uint16_t bits) {
-  return fast_key(__uint_as_float(static_cast<uint32_t>(bits) << 16));
-}
-__device__ __forceinline__ float value_of(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
 
 // After the coarse pass a float32 stage holds each element's key in its place, so the later passes
 // read keys instead of computing them again; a bfloat16 stage keeps its values (a key takes twice

@@ -1,6 +1,8 @@
 // Host side of the Hopper top-k kernels on the caller's stream; no allocation and no synchronisation,
 // so a launch may be captured in a CUDA graph.
 //
+//   register_select.cuh: rows with unit column stride of at most ~33K columns: one CTA per row, the
+//     row's keys in its threads' registers, read from global memory once.
 //   cluster_select.cuh: rows with unit column stride whose window, split over a cluster of at most
 //     kMaxCluster CTAs, fits in their shared memory: the row is read from global memory once.
 //   two_pass_select.cuh: any other row (a column stride, or windows too long to stage): one CTA per
@@ -13,6 +15,7 @@
 
 #include "sm90/topk/cluster_select.cuh"
 #include "sm90/topk/launcher.h"
+#include "sm90/topk/register_select.cuh"
 #include "sm90/topk/two_pass_select.cuh"
 
 namespace aiter {
@@ -34,6 +37,20 @@ struct DeviceInfo {
   int smem_optin = 0;  // bytes of dynamic shared memory a cluster CTA may opt in to
 };
 
+template <typename Elem, int kKeys>
+cudaError_t set_register_select_smem_one() {
+  return cudaFuncSetAttribute(register_select::register_select_kernel<Elem, kKeys>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(register_select::smem_bytes<Elem, kKeys>()));
+}
+template <typename Elem>
+cudaError_t set_register_select_smem() {
+  cudaError_t err = set_register_select_smem_one<Elem, register_select::kKeysSmall>();
+  if (err == cudaSuccess) err = set_register_select_smem_one<Elem, register_select::kKeysMedium>();
+  if (err == cudaSuccess) err = set_register_select_smem_one<Elem, register_select::kKeysLarge>();
+  return err;
+}
+
 // The SM count, the opt-in shared memory and the kernels' shared-memory ceilings of one device, asked
 // into a fresh DeviceInfo: every step may run again with the same result.
 cudaError_t query_device(int device_index, DeviceInfo& d) {
@@ -47,6 +64,8 @@ cudaError_t query_device(int device_index, DeviceInfo& d) {
   cudaFuncAttributes attr_f32 = {}, attr_bf16 = {};
   if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_f32, cluster_select::cluster_select_kernel<float>);
   if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr_bf16, cluster_select::cluster_select_kernel<uint16_t>);
+  if (err == cudaSuccess) err = set_register_select_smem<float>();
+  if (err == cudaSuccess) err = set_register_select_smem<uint16_t>();
   if (err != cudaSuccess) return err;
   const size_t static_bytes = attr_f32.sharedSizeBytes > attr_bf16.sharedSizeBytes ? attr_f32.sharedSizeBytes
                                                                                     : attr_bf16.sharedSizeBytes;
@@ -117,6 +136,33 @@ ClusterPlan plan_cluster(const TopkPerRowParams& p, const DeviceInfo& d) {
   return plan;
 }
 
+// One wave of CTAs, each taking every grid-th row (fewer rows: one CTA each).
+template <typename Elem, int kKeys>
+cudaError_t launch_register_one(const TopkPerRowParams& p, const DeviceInfo& d, cudaStream_t stream) {
+  const int64_t wave = int64_t(d.sms) * register_select::ctas_per_sm<kKeys>();
+  register_select::register_select_kernel<Elem, kKeys>
+      <<<static_cast<unsigned>(p.rows < wave ? p.rows : wave), register_select::kThreads,
+         register_select::smem_bytes<Elem, kKeys>(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Rows of contiguous columns whose widest possible window fits the largest instance go to the
+// smallest instance that holds it; false: the row is for the other kernels.
+template <typename Elem>
+bool launch_register(const TopkPerRowParams& p, const DeviceInfo& d, cudaStream_t stream, cudaError_t* err) {
+  namespace rs = register_select;
+  if (p.width > 1 && p.stride1 != 1) return false;
+  if (p.width <= rs::max_width<Elem, rs::kKeysSmall>())
+    *err = launch_register_one<Elem, rs::kKeysSmall>(p, d, stream);
+  else if (p.width <= rs::max_width<Elem, rs::kKeysMedium>())
+    *err = launch_register_one<Elem, rs::kKeysMedium>(p, d, stream);
+  else if (p.width <= rs::max_width<Elem, rs::kKeysLarge>())
+    *err = launch_register_one<Elem, rs::kKeysLarge>(p, d, stream);
+  else
+    return false;
+  return true;
+}
+
 template <typename Elem>
 cudaError_t launch_cluster(const TopkPerRowParams& p, const ClusterPlan& plan, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
@@ -144,6 +190,10 @@ const char* launch(const TopkPerRowParams& params, int device_index, void* strea
   const char* err = device_info(device_index, &d);  // the binding's device guard makes the device current
   if (err != nullptr) return err;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t register_err = cudaSuccess;
+  if (params.logits_bf16 ? launch_register<uint16_t>(params, *d, s, &register_err)
+                         : launch_register<float>(params, *d, s, &register_err))
+    return register_err == cudaSuccess ? nullptr : cudaGetErrorString(register_err);
   const ClusterPlan plan = plan_cluster(params, *d);
   if (plan.cluster > 0) {
     const cudaError_t launch_err =

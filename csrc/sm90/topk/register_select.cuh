@@ -1,0 +1,344 @@
+// The top-k kernel for rows of at most kThreads * kKeys - 16 / sizeof(Elem) + 1 columns: each thread
+// holds kKeys consecutive keys of a row in registers, so every pass after the load reads registers
+// and every barrier is a CTA barrier (no cluster, no distributed shared memory).
+//
+//   load:    one thread issues bulk copies (cp.async.bulk, one mbarrier phase per row) of the window's
+//            16-byte-aligned middle into shared memory; lanes of warp 1 load the unaligned head and
+//            tail. Stage element i is column base_col + i; thread t takes elements
+//            [t * kKeys, (t + 1) * kKeys) as keys (keys.cuh: key_of; key 0, NaN and -inf, and
+//            everything outside the window, is never chosen). kKeys is odd, so the threads' reads
+//            fall in distinct banks. Once the keys are in registers the stage takes the CTA's next row
+//            (rows blockIdx.x, blockIdx.x + gridDim.x, ...), whose copy runs under this row's passes.
+//   coarse:  a shared histogram of the top kCoarseBits bits of every key (one ATOMS.POPC.INC per key,
+//            no branch: the atomic unit sums the lanes of one address), the never-chosen keys taken
+//            back out of bin 0; a block scan from the top bin fixes the bin holding the k-th largest
+//            key. A row with at most k choosable keys takes them all.
+//   fine:    two more histograms, of the next kFineBits bits of the keys that match the bits fixed so
+//            far, fix the k-th largest key T exactly and `need_equal`, how many keys equal to T the
+//            top k holds.
+//   emit:    one block scan of each thread's (keys above T, keys equal to T), packed in 16-bit halves,
+//            gives every chosen key its slot: the keys above T before it plus min(keys equal to T
+//            before it, need_equal). A key equal to T is kept while fewer than need_equal equal keys
+//            precede it (the lower columns win the tie). Thread order is column order, so the output
+//            is ascending columns whatever the timing: bitwise reproducible. Values come from the
+//            logits (the stage holds the next row by then).
+//   Slots past the chosen ones get -1 (and -inf values).
+//
+// Grid: min(rows, one wave of ctas_per_sm<kKeys>() CTAs per SM), kThreads each; dynamic shared memory
+// smem_bytes<Elem, kKeys>(). The launcher (topk_launcher.cu) sends rows here when the row width +
+// 16 / sizeof(Elem) - 1 <= kThreads * kKeys and the columns are contiguous. A host emulation of the
+// algorithm: dev/sm90/topk_register_emulation.py.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/indexer_topk_params.h"
+#include "sm90/ptx/barrier.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/topk/keys.cuh"
+
+namespace aiter {
+namespace sm90 {
+namespace topk {
+namespace register_select {
+
+constexpr int kThreads = 1024;
+constexpr int kCoarseBits = 12;
+constexpr int kFineBits = 10;
+static_assert(kCoarseBits + 2 * kFineBits == 32, "three passes fix the whole key");
+constexpr int kCoarseBins = 1 << kCoarseBits;
+constexpr int kFineBins = 1 << kFineBits;
+static_assert(kCoarseBins % kThreads == 0 && kFineBins == kThreads, "each thread owns whole bins");
+// The bulk copies' pieces: one mbarrier counts them all (its transaction count holds < 1 MiB).
+constexpr int kPieceBytes = 32768;
+// Keys per thread of the instances the launcher picks from (rows up to ~9K, ~17K and ~33K columns):
+// the smallest that holds the row keeps the CTA's registers, and so its SM share, small.
+constexpr int kKeysSmall = 9;
+constexpr int kKeysMedium = 17;
+constexpr int kKeysLarge = 33;
+
+struct SharedState {
+  uint32_t hist0[kCoarseBins];
+  uint32_t hist1[kFineBins];
+  uint32_t hist2[kFineBins];
+  uint32_t pick_bin, pick_remaining, pick_total;
+  uint32_t warp_sums[kThreads / 32];
+  uint32_t block_total;
+  alignas(8) uint64_t bar;
+};
+constexpr size_t kStageOffset = (sizeof(SharedState) + 127) / 128 * 128;
+template <typename Elem, int kKeys>
+constexpr size_t smem_bytes() {
+  return kStageOffset + (size_t(kThreads) * kKeys * sizeof(Elem) + 15) / 16 * 16;
+}
+template <typename Elem, int kKeys>
+constexpr int64_t max_width() {
+  return int64_t(kThreads) * kKeys - int64_t(16 / sizeof(Elem)) + 1;
+}
+
+// The whole CTA: the sum of `v` over the threads before this one, and over all of them in `total`. A
+// shuffle scan per warp, then warp 0 scans the warps' sums: few registers live beside the keys.
+__device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t* total, SharedState& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t inclusive = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+    if (lane >= d) inclusive += up;
+  }
+  if (lane == 31) s.warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t w = s.warp_sums[lane];
+    uint32_t w_inclusive = w;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, w_inclusive, d);
+      if (lane >= d) w_inclusive += up;
+    }
+    s.warp_sums[lane] = w_inclusive - w;
+    if (lane == 31) s.block_total = w_inclusive;
+  }
+  __syncthreads();
+  *total = s.block_total;
+  return s.warp_sums[warp] + inclusive - v;
+}
+
+struct Pick {
+  uint32_t bin;        // the bin holding the wanted-th largest key
+  uint32_t remaining;  // keys still wanted inside it
+  uint32_t total;      // keys the histogram counts
+};
+
+// The whole CTA: over hist[0..kBins), the bin where the count of keys at or above it first reaches
+// `wanted`, and how many are still wanted inside it (bin 0 and remaining = wanted when the counts
+// sum to less). Thread t sums the t-th group of kBins / kThreads bins from the top; an exclusive scan
+// in thread order gives each group the count above it.
+template <int kBins>
+__device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted, SharedState& s) {
+  constexpr int kPer = kBins / kThreads;
+  const int t = threadIdx.x;
+  const int top = kBins - 1 - t * kPer;  // this thread's highest bin
+  uint32_t c[kPer];
+  uint32_t sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    c[i] = hist[top - i];
+    sum += c[i];
+  }
+  uint32_t total = 0;
+  uint32_t above = block_exclusive_sum(sum, &total, s);
+  if (above < wanted && above + sum >= wanted) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (above < wanted && above + c[i] >= wanted) {
+        s.pick_bin = static_cast<uint32_t>(top - i);
+        s.pick_remaining = wanted - above;
+      }
+      above += c[i];
+    }
+  }
+  if (t == 0 && total < wanted) {
+    s.pick_bin = 0;
+    s.pick_remaining = wanted;
+  }
+  __syncthreads();
+  const Pick out{s.pick_bin, s.pick_remaining, total};
+  __syncthreads();  // pick_* and the warp sums are written again by the next pick
+  return out;
+}
+
+// CTAs per SM an instance is built for: the small one fits two (32 registers a thread).
+template <int kKeys>
+constexpr int ctas_per_sm() {
+  return kKeys <= kKeysSmall ? 2 : 1;
+}
+
+// Where a row's window lands in the stage: stage element i is column base_col + i, base_col the
+// window's start rounded down to 16 bytes; [lo, hi) is the window, [a0, a1) its bulk-copied middle.
+template <typename Elem>
+struct StagedWindow {
+  const Elem* aligned_src;
+  int64_t base_col;
+  int lo, hi, a0, a1;
+  __device__ bool bulk() const { return a1 > a0; }
+};
+
+template <typename Elem>
+__device__ __forceinline__ StagedWindow<Elem> staged_window(const TopkPerRowParams& p, int64_t row) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  int64_t begin = 0, end = 0;
+  topk_row_window(p, row, &begin, &end);
+  const Elem* src = static_cast<const Elem*>(p.logits) + row * p.stride0 + begin;
+  const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(src) % 16) / sizeof(Elem));
+  StagedWindow<Elem> w;
+  w.aligned_src = src - mis;
+  w.base_col = begin - mis;
+  w.lo = mis;
+  w.hi = mis + static_cast<int>(end - begin);
+  w.a0 = (w.lo + kVec - 1) / kVec * kVec;
+  w.a1 = w.hi / kVec * kVec;
+  return w;
+}
+
+// Thread 0: the bulk copies of the window's middle, counted by one mbarrier phase.
+template <typename Elem>
+__device__ __forceinline__ void issue_bulk(const StagedWindow<Elem>& w, Elem* stage, uint64_t* bar) {
+  constexpr int kPieceElems = kPieceBytes / sizeof(Elem);
+  mbar_arrive_expect_tx(bar, static_cast<uint32_t>(w.a1 - w.a0) * sizeof(Elem));
+  for (int e0 = w.a0; e0 < w.a1; e0 += kPieceElems) {
+    const uint32_t bytes = static_cast<uint32_t>(min(kPieceElems, w.a1 - e0)) * sizeof(Elem);
+    bulk_copy_to_shared(stage + e0, w.aligned_src + e0, bytes, bar);
+  }
+}
+
+// A lane of warp 1: the window element outside the bulk-copied middle it loads (lanes 0-15 the head,
+// 16-31 the tail; a window without a middle, under two vectors long, is all head), or -1.
+template <typename Elem>
+__device__ __forceinline__ int edge_index(const StagedWindow<Elem>& w, int lane) {
+  const int head_stop = w.bulk() ? w.a0 : w.hi;
+  const int j = lane < 16 ? w.lo + lane : w.a1 + lane - 16;
+  const bool in = lane < 16 ? j < head_stop : (w.bulk() && j < w.hi);
+  return in ? j : -1;
+}
+
+// Elem: float (float32 logits) or uint16_t (the bits of bfloat16 logits). A CTA takes rows blockIdx.x,
+// blockIdx.x + gridDim.x, ...: once its threads hold a row's keys in registers, the next row's copy
+// into the stage runs under this row's passes. Chosen values are read from the logits, since the
+// stage holds the next row by then.
+template <typename Elem, int kKeys>
+__global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_select_kernel(const TopkPerRowParams p) {
+  const int t = threadIdx.x;
+  const int lane = t & 31, warp = t >> 5;
+  extern __shared__ __align__(128) unsigned char smem[];
+  SharedState& s = *reinterpret_cast<SharedState*>(smem);
+  Elem* stage = reinterpret_cast<Elem*>(smem + kStageOffset);
+  const uint32_t k = static_cast<uint32_t>(p.k);
+
+  // ---- the first row's load ----
+  if (t == 0) {
+    mbar_init(&s.bar, 1);
+    fence_barrier_init();
+  }
+  for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
+  s.hist1[t] = 0;
+  s.hist2[t] = 0;
+  __syncthreads();
+  int64_t row = blockIdx.x;
+  StagedWindow<Elem> w = staged_window<Elem>(p, row);
+  if (t == 0 && w.bulk()) issue_bulk(w, stage, &s.bar);
+  if (warp == 1) {
+    const int j = edge_index(w, lane);
+    if (j >= 0) stage[j] = w.aligned_src[j];
+  }
+  uint32_t phase = 0;
+
+  for (; row < p.rows; row += gridDim.x) {
+    if (w.bulk()) {
+      mbar_wait(&s.bar, phase);
+      phase ^= 1u;
+    }
+    __syncthreads();  // the edges' stores, and the previous row's cleared histograms, are seen
+    const int first = t * kKeys;
+    uint32_t key[kKeys];
+#pragma unroll
+    for (int i = 0; i < kKeys; ++i) {
+      const int j = first + i;
+      key[i] = j >= w.lo && j < w.hi ? key_of(stage[j]) : 0u;
+    }
+    __syncthreads();  // every key is in registers: the stage takes the next row
+
+    const int64_t next = row + gridDim.x;
+    int edge = -1;
+    Elem edge_value{};
+    if (next < p.rows) {
+      w = staged_window<Elem>(p, next);
+      if (t == 0 && w.bulk()) issue_bulk(w, stage, &s.bar);
+      if (warp == 1) {
+        edge = edge_index(w, lane);
+        if (edge >= 0) edge_value = w.aligned_src[edge];  // stored after the coarse counts
+      }
+    }
+
+    // ---- coarse ----
+    // Every key is counted without a branch; the never-chosen keys (0, bin 0) are taken back out of
+    // bin 0 by one atomic per thread.
+    uint32_t never = 0;
+#pragma unroll
+    for (int i = 0; i < kKeys; ++i) {
+      atomicAdd(&s.hist0[key[i] >> (32 - kCoarseBits)], 1u);
+      never += key[i] == 0u ? 1u : 0u;
+    }
+    if (never != 0u) atomicSub(&s.hist0[0], never);
+    if (edge >= 0) stage[edge] = edge_value;
+    __syncthreads();
+    const Pick coarse = block_pick<kCoarseBins>(s.hist0, k, s);
+    const bool take_all = coarse.total <= k;
+
+    // ---- fine: the next 10 bits, twice, of the keys of the fixed prefix ----
+    uint32_t threshold = 0, need_equal = 0;  // take_all: every key above 0, none equal
+    if (!take_all) {  // the same in every thread: the barriers below match
+      uint32_t prefix = coarse.bin;
+#pragma unroll
+      for (int i = 0; i < kKeys; ++i)
+        if ((key[i] >> (32 - kCoarseBits)) == prefix)
+          atomicAdd(&s.hist1[(key[i] >> (32 - kCoarseBits - kFineBits)) & (kFineBins - 1)], 1u);
+      __syncthreads();
+      const Pick fine1 = block_pick<kFineBins>(s.hist1, coarse.remaining, s);
+      prefix = (prefix << kFineBits) | fine1.bin;
+#pragma unroll
+      for (int i = 0; i < kKeys; ++i)
+        if ((key[i] >> kFineBits) == prefix) atomicAdd(&s.hist2[key[i] & (kFineBins - 1)], 1u);
+      __syncthreads();
+      const Pick fine2 = block_pick<kFineBins>(s.hist2, fine1.remaining, s);
+      threshold = (prefix << kFineBits) | fine2.bin;
+      need_equal = fine2.remaining;
+    }
+    // The picks are done: the histograms are cleared for the next row (the loop's first barrier
+    // orders this before its counts).
+    for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
+    s.hist1[t] = 0;
+    s.hist2[t] = 0;
+
+    // ---- emit: chosen columns in ascending order ----
+    // Per thread at most kKeys < 2^16 of each, and at most kThreads * kKeys < 2^16 in the whole row:
+    // the low half's sums never carry into the high half.
+    static_assert(kThreads * kKeys < 65536, "the packed counts fit 16 bits");
+    uint32_t counts = 0;
+#pragma unroll
+    for (int i = 0; i < kKeys; ++i)
+      counts += (key[i] > threshold ? 1u : 0u) + (key[i] == threshold && !take_all ? 0x10000u : 0u);
+    uint32_t all_counts = 0;
+    const uint32_t before = block_exclusive_sum(counts, &all_counts, s);
+    // This row's window again (w holds the next row's by now): a few loads, where keeping it would
+    // hold registers through every pass.
+    const StagedWindow<Elem> cur = staged_window<Elem>(p, row);
+    const int32_t first_col = static_cast<int32_t>(cur.base_col) + first;  // columns are below 2^31
+    uint32_t equal_rank = before >> 16;
+    uint32_t slot = (before & 0xFFFFu) + min(equal_rank, need_equal);
+    int32_t* out = p.indices + row * p.indices_stride;
+    float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
+#pragma unroll
+    for (int i = 0; i < kKeys; ++i) {
+      const bool equal = key[i] == threshold && !take_all;
+      const bool take = key[i] > threshold || (equal && equal_rank < need_equal);
+      equal_rank += equal ? 1u : 0u;
+      if (take) {
+        out[slot] = first_col + i;
+        if (vals != nullptr) vals[slot] = value_of(cur.aligned_src[first + i]);
+        ++slot;
+      }
+    }
+    const uint32_t chosen = take_all ? coarse.total : k;
+    for (uint32_t i = chosen + t; i < k; i += kThreads) {
+      out[i] = -1;
+      if (vals != nullptr) vals[i] = -__int_as_float(0x7f800000);
+    }
+  }
+}
+
+}  // namespace register_select
+}  // namespace topk
+}  // namespace sm90
+}  // namespace aiter
