@@ -10,9 +10,9 @@
 //            fall in distinct banks. Once the keys are in registers the stage takes the CTA's next row
 //            (rows blockIdx.x, blockIdx.x + gridDim.x, ...), whose copy runs under this row's passes.
 //   coarse:  a shared histogram of the top kCoarseBits bits of every key (one ATOMS.POPC.INC per key,
-//            no branch: the atomic unit sums the lanes of one address), the never-chosen keys taken
-//            back out of bin 0; a block scan from the top bin fixes the bin holding the k-th largest
-//            key. A row with at most k choosable keys takes them all.
+//            no branch: the atomic unit sums the lanes of one address); bin 0 holds only
+//            never-chosen keys and is read as empty. A block scan from the top bin fixes the bin
+//            holding the k-th largest key. A row with at most k choosable keys takes them all.
 //   fine:    two more histograms, of the next kFineBits bits of the keys that match the bits fixed so
 //            far, fix the k-th largest key T exactly and `need_equal`, how many keys equal to T the
 //            top k holds.
@@ -20,9 +20,9 @@
 //            gives every chosen key its slot: the keys above T before it plus min(keys equal to T
 //            before it, need_equal). A key equal to T is kept while fewer than need_equal equal keys
 //            precede it (the lower columns win the tie). Thread order is column order, so the output
-//            is ascending columns whatever the timing: bitwise reproducible. Values come from the
-//            logits (the stage holds the next row by then).
-//   Slots past the chosen ones get -1 (and -inf values).
+//            is ascending columns whatever the timing: bitwise reproducible. The columns go to
+//            shared memory by slot, then out in slot order with -1 past the chosen ones; values (and
+//            -inf) are read from the logits, since the stage holds the next row by then.
 //
 // Grid: min(rows, one wave of ctas_per_sm<kKeys>() CTAs per SM), kThreads each; dynamic shared memory
 // smem_bytes<Elem, kKeys>(). The launcher (topk_launcher.cu) sends rows here when the row width +
@@ -62,6 +62,7 @@ struct SharedState {
   uint32_t hist0[kCoarseBins];
   uint32_t hist1[kFineBins];
   uint32_t hist2[kFineBins];
+  int32_t chosen[kTopkMaxK];  // the row's chosen columns, by output slot
   uint32_t pick_bin, pick_remaining, pick_total;
   uint32_t warp_sums[kThreads / 32];
   uint32_t block_total;
@@ -113,9 +114,9 @@ struct Pick {
 
 // The whole CTA: over hist[0..kBins), the bin where the count of keys at or above it first reaches
 // `wanted`, and how many are still wanted inside it (bin 0 and remaining = wanted when the counts
-// sum to less). Thread t sums the t-th group of kBins / kThreads bins from the top; an exclusive scan
-// in thread order gives each group the count above it.
-template <int kBins>
+// sum to less); kSkipBin0: bin 0 is read as empty. Thread t sums the t-th group of kBins / kThreads
+// bins from the top; an exclusive scan in thread order gives each group the count above it.
+template <int kBins, bool kSkipBin0>
 __device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted, SharedState& s) {
   constexpr int kPer = kBins / kThreads;
   const int t = threadIdx.x;
@@ -124,7 +125,7 @@ __device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted
   uint32_t sum = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    c[i] = hist[top - i];
+    c[i] = kSkipBin0 && top - i == 0 ? 0u : hist[top - i];
     sum += c[i];
   }
   uint32_t total = 0;
@@ -242,11 +243,17 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     __syncthreads();  // the edges' stores, and the previous row's cleared histograms, are seen
     const int first = t * kKeys;
     uint32_t key[kKeys];
+    if (first >= w.lo && first + kKeys <= w.hi) {  // most threads: every key in the window
 #pragma unroll
-    for (int i = 0; i < kKeys; ++i) {
-      const int j = first + i;
-      key[i] = j >= w.lo && j < w.hi ? key_of(stage[j]) : 0u;
+      for (int i = 0; i < kKeys; ++i) key[i] = key_of(stage[first + i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kKeys; ++i) {
+        const int j = first + i;
+        key[i] = j >= w.lo && j < w.hi ? key_of(stage[j]) : 0u;
+      }
     }
+    const int32_t first_col = static_cast<int32_t>(w.base_col) + first;  // columns are below 2^31
     __syncthreads();  // every key is in registers: the stage takes the next row
 
     const int64_t next = row + gridDim.x;
@@ -262,18 +269,14 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     }
 
     // ---- coarse ----
-    // Every key is counted without a branch; the never-chosen keys (0, bin 0) are taken back out of
-    // bin 0 by one atomic per thread.
-    uint32_t never = 0;
+    // Every key is counted without a branch: key 0 (never chosen) lands in bin 0, which holds no
+    // choosable key (the smallest, -FLT_MAX's, is 0x00800000), and the pick reads bin 0 as empty.
+    static_assert((0x00800000u >> (32 - kCoarseBits)) > 0, "bin 0 holds only never-chosen keys");
 #pragma unroll
-    for (int i = 0; i < kKeys; ++i) {
-      atomicAdd(&s.hist0[key[i] >> (32 - kCoarseBits)], 1u);
-      never += key[i] == 0u ? 1u : 0u;
-    }
-    if (never != 0u) atomicSub(&s.hist0[0], never);
+    for (int i = 0; i < kKeys; ++i) atomicAdd(&s.hist0[key[i] >> (32 - kCoarseBits)], 1u);
     if (edge >= 0) stage[edge] = edge_value;
     __syncthreads();
-    const Pick coarse = block_pick<kCoarseBins>(s.hist0, k, s);
+    const Pick coarse = block_pick<kCoarseBins, true>(s.hist0, k, s);
     const bool take_all = coarse.total <= k;
 
     // ---- fine: the next 10 bits, twice, of the keys of the fixed prefix ----
@@ -285,13 +288,13 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
         if ((key[i] >> (32 - kCoarseBits)) == prefix)
           atomicAdd(&s.hist1[(key[i] >> (32 - kCoarseBits - kFineBits)) & (kFineBins - 1)], 1u);
       __syncthreads();
-      const Pick fine1 = block_pick<kFineBins>(s.hist1, coarse.remaining, s);
+      const Pick fine1 = block_pick<kFineBins, false>(s.hist1, coarse.remaining, s);
       prefix = (prefix << kFineBits) | fine1.bin;
 #pragma unroll
       for (int i = 0; i < kKeys; ++i)
         if ((key[i] >> kFineBits) == prefix) atomicAdd(&s.hist2[key[i] & (kFineBins - 1)], 1u);
       __syncthreads();
-      const Pick fine2 = block_pick<kFineBins>(s.hist2, fine1.remaining, s);
+      const Pick fine2 = block_pick<kFineBins, false>(s.hist2, fine1.remaining, s);
       threshold = (prefix << kFineBits) | fine2.bin;
       need_equal = fine2.remaining;
     }
@@ -311,29 +314,26 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
       counts += (key[i] > threshold ? 1u : 0u) + (key[i] == threshold && !take_all ? 0x10000u : 0u);
     uint32_t all_counts = 0;
     const uint32_t before = block_exclusive_sum(counts, &all_counts, s);
-    // This row's window again (w holds the next row's by now): a few loads, where keeping it would
-    // hold registers through every pass.
-    const StagedWindow<Elem> cur = staged_window<Elem>(p, row);
-    const int32_t first_col = static_cast<int32_t>(cur.base_col) + first;  // columns are below 2^31
     uint32_t equal_rank = before >> 16;
     uint32_t slot = (before & 0xFFFFu) + min(equal_rank, need_equal);
-    int32_t* out = p.indices + row * p.indices_stride;
-    float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
+    // Slots are scattered over the threads: the columns go to shared memory first, then out in order.
 #pragma unroll
     for (int i = 0; i < kKeys; ++i) {
       const bool equal = key[i] == threshold && !take_all;
       const bool take = key[i] > threshold || (equal && equal_rank < need_equal);
       equal_rank += equal ? 1u : 0u;
-      if (take) {
-        out[slot] = first_col + i;
-        if (vals != nullptr) vals[slot] = value_of(cur.aligned_src[first + i]);
-        ++slot;
-      }
+      if (take) s.chosen[slot] = first_col + i;
+      slot += take ? 1u : 0u;
     }
+    __syncthreads();
     const uint32_t chosen = take_all ? coarse.total : k;
-    for (uint32_t i = chosen + t; i < k; i += kThreads) {
-      out[i] = -1;
-      if (vals != nullptr) vals[i] = -__int_as_float(0x7f800000);
+    int32_t* out = p.indices + row * p.indices_stride;
+    const Elem* logits_row = static_cast<const Elem*>(p.logits) + row * p.stride0;
+    float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
+    for (uint32_t i = t; i < k; i += kThreads) {
+      const int32_t col = i < chosen ? s.chosen[i] : -1;
+      out[i] = col;
+      if (vals != nullptr) vals[i] = col >= 0 ? value_of(logits_row[col]) : -__int_as_float(0x7f800000);
     }
   }
 }
