@@ -1,8 +1,8 @@
 // Host side of the Hopper top-k kernels on the caller's stream; no allocation and no synchronisation,
 // so a launch may be captured in a CUDA graph.
 //
-//   register_select.cuh: rows with unit column stride of at most ~33K columns: one CTA per row, the
-//     row's keys in its threads' registers, read from global memory once.
+//   register_select.cuh: rows with unit column stride of at most ~33K columns: a row's keys in one
+//     CTA's registers, read from global memory once; one wave of CTAs takes the rows in turn.
 //   cluster_select.cuh: rows with unit column stride whose window, split over a cluster of at most
 //     kMaxCluster CTAs, fits in their shared memory: the row is read from global memory once.
 //   two_pass_select.cuh: any other row (a column stride, or windows too long to stage): one CTA per
