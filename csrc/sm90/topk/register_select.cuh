@@ -37,6 +37,7 @@
 #include "sm90/ptx/barrier.cuh"
 #include "sm90/ptx/tma.cuh"
 #include "sm90/topk/keys.cuh"
+#include "sm90/topk/warp_suffix_scan.cuh"
 
 namespace aiter {
 namespace sm90 {
@@ -63,7 +64,7 @@ struct SharedState {
   uint32_t hist1[kFineBins];
   uint32_t hist2[kFineBins];
   int32_t chosen[kTopkMaxK];  // the row's chosen columns, by output slot
-  uint32_t pick_bin, pick_remaining, pick_total;
+  uint32_t pick_bin, pick_remaining;
   uint32_t warp_sums[kThreads / 32];
   uint32_t block_total;
   alignas(8) uint64_t bar;
@@ -82,22 +83,12 @@ constexpr int64_t max_width() {
 // shuffle scan per warp, then warp 0 scans the warps' sums: few registers live beside the keys.
 __device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t* total, SharedState& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t inclusive = v;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
-    if (lane >= d) inclusive += up;
-  }
+  const uint32_t inclusive = warp_inclusive_sum(v);
   if (lane == 31) s.warp_sums[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
     const uint32_t w = s.warp_sums[lane];
-    uint32_t w_inclusive = w;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, w_inclusive, d);
-      if (lane >= d) w_inclusive += up;
-    }
+    const uint32_t w_inclusive = warp_inclusive_sum(w);
     s.warp_sums[lane] = w_inclusive - w;
     if (lane == 31) s.block_total = w_inclusive;
   }
@@ -148,6 +139,13 @@ __device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted
   const Pick out{s.pick_bin, s.pick_remaining, total};
   __syncthreads();  // pick_* and the warp sums are written again by the next pick
   return out;
+}
+
+// Thread t of the CTA: its share of zeroing the three histograms.
+__device__ __forceinline__ void clear_histograms(SharedState& s, int t) {
+  for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
+  s.hist1[t] = 0;
+  s.hist2[t] = 0;
 }
 
 // CTAs per SM an instance is built for: the small one fits two (32 registers a thread).
@@ -222,9 +220,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     mbar_init(&s.bar, 1);
     fence_barrier_init();
   }
-  for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
-  s.hist1[t] = 0;
-  s.hist2[t] = 0;
+  clear_histograms(s, t);
   __syncthreads();
   int64_t row = blockIdx.x;
   StagedWindow<Elem> w = staged_window<Elem>(p, row);
@@ -300,9 +296,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     }
     // The picks are done: the histograms are cleared for the next row (the loop's first barrier
     // orders this before its counts).
-    for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
-    s.hist1[t] = 0;
-    s.hist2[t] = 0;
+    clear_histograms(s, t);
 
     // ---- emit: chosen columns in ascending order ----
     // Per thread at most kKeys < 2^16 of each, and at most kThreads * kKeys < 2^16 in the whole row:

@@ -1,6 +1,7 @@
-// The warp scan both top-k selects run to find the bin that holds the wanted-th largest key: the 32
-// lanes split kN counts into runs of kN / 32, lane 0 the highest, and scan the runs' sums from the
-// top, so that each lane learns how many keys lie in the bins above its run.
+// The top-k kernels' warp scans: a plain inclusive sum over the lanes, and the suffix scan the
+// cluster and two-pass selects run to find the bin that holds the wanted-th largest key (the 32 lanes
+// split kN counts into runs of kN / 32, lane 0 the highest, and scan the runs' sums from the top, so
+// that each lane learns how many keys lie in the bins above its run).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +10,17 @@
 namespace aiter {
 namespace sm90 {
 namespace topk {
+
+// The whole warp: v summed over this lane and the lanes below it.
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, v, delta);
+    if (lane >= delta) v += up;
+  }
+  return v;
+}
 
 struct WarpSuffixScan {
   int top;             // this lane's highest index; it owns [top - kN / 32 + 1, top]
@@ -28,12 +40,7 @@ __device__ __forceinline__ WarpSuffixScan warp_suffix_scan(const uint32_t* count
   uint32_t lane_sum = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) lane_sum += counts[scan.top - i];
-  uint32_t inclusive = lane_sum;
-#pragma unroll
-  for (int delta = 1; delta < 32; delta <<= 1) {
-    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, delta);
-    if (lane >= delta) inclusive += up;
-  }
+  const uint32_t inclusive = warp_inclusive_sum(lane_sum);
   scan.inclusive = inclusive;
   scan.total = __shfl_sync(0xFFFFFFFFu, inclusive, 31);
   scan.before = inclusive - lane_sum;
