@@ -1,6 +1,6 @@
 // The sm90 top-k kernels alone on synthetic logits: the shipped launcher (register_select.cuh for rows
-// up to ~33K columns, cluster_select.cuh where its plan fits, else two_pass_select.cuh) against the two-pass kernel launched directly (the kernel
-// before the cluster one), same inputs, same run. A microbenchmark (dev tree, not shipped); an A/B of
+// up to ~33K columns, cluster_select.cuh where its plan fits, else two_pass_select.cuh) against the
+// two-pass kernel launched directly (the kernel before the cluster one), same inputs, same run. A microbenchmark (dev tree, not shipped); an A/B of
 // two builds of the cluster kernel runs this binary from each tree, interleaved.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc -o /tmp/topk_microbench \
@@ -177,11 +177,10 @@ int main(int argc, char** argv) {
     const aiter::sm90::topk::DeviceInfo* info = nullptr;
     aiter::sm90::topk::device_info(dev, &info);
     const aiter::sm90::topk::ClusterPlan plan = aiter::sm90::topk::plan_cluster(p, *info);
-    namespace rs = aiter::sm90::topk::register_select;
-    const int64_t register_cap = sh.bf16 ? rs::max_width<uint16_t, rs::kKeysLarge>() : rs::max_width<float, rs::kKeysLarge>();
+    const int register_keys = aiter::sm90::topk::register_instance(p);
     char kernel[64];
-    if (sh.width <= register_cap)
-      std::snprintf(kernel, sizeof(kernel), "register: 1");
+    if (register_keys > 0)
+      std::snprintf(kernel, sizeof(kernel), "register (%d keys a thread): 1", register_keys);
     else if (plan.cluster > 0)
       std::snprintf(kernel, sizeof(kernel), "cluster: %d, %.1f", plan.cluster, plan.smem_bytes / 1024.0);
     else

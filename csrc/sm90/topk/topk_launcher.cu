@@ -146,21 +146,27 @@ cudaError_t launch_register_one(const TopkPerRowParams& p, const DeviceInfo& d, 
   return cudaGetLastError();
 }
 
-// Rows of contiguous columns whose widest possible window fits the largest instance go to the
-// smallest instance that holds it; false: the row is for the other kernels.
+// The register kernel's instance for these rows (keys per thread): the smallest that holds the widest
+// possible window of contiguous columns; 0 when none does (the rows are for the other kernels).
 template <typename Elem>
-bool launch_register(const TopkPerRowParams& p, const DeviceInfo& d, cudaStream_t stream, cudaError_t* err) {
+int register_instance(const TopkPerRowParams& p) {
   namespace rs = register_select;
-  if (p.width > 1 && p.stride1 != 1) return false;
-  if (p.width <= rs::max_width<Elem, rs::kKeysSmall>())
-    *err = launch_register_one<Elem, rs::kKeysSmall>(p, d, stream);
-  else if (p.width <= rs::max_width<Elem, rs::kKeysMedium>())
-    *err = launch_register_one<Elem, rs::kKeysMedium>(p, d, stream);
-  else if (p.width <= rs::max_width<Elem, rs::kKeysLarge>())
-    *err = launch_register_one<Elem, rs::kKeysLarge>(p, d, stream);
-  else
-    return false;
-  return true;
+  if (p.width > 1 && p.stride1 != 1) return 0;
+  if (p.width <= rs::max_width<Elem, rs::kKeysSmall>()) return rs::kKeysSmall;
+  if (p.width <= rs::max_width<Elem, rs::kKeysMedium>()) return rs::kKeysMedium;
+  if (p.width <= rs::max_width<Elem, rs::kKeysLarge>()) return rs::kKeysLarge;
+  return 0;
+}
+int register_instance(const TopkPerRowParams& p) {
+  return p.logits_bf16 ? register_instance<uint16_t>(p) : register_instance<float>(p);
+}
+
+template <typename Elem>
+cudaError_t launch_register(const TopkPerRowParams& p, int keys, const DeviceInfo& d, cudaStream_t stream) {
+  namespace rs = register_select;
+  if (keys == rs::kKeysSmall) return launch_register_one<Elem, rs::kKeysSmall>(p, d, stream);
+  if (keys == rs::kKeysMedium) return launch_register_one<Elem, rs::kKeysMedium>(p, d, stream);
+  return launch_register_one<Elem, rs::kKeysLarge>(p, d, stream);
 }
 
 template <typename Elem>
@@ -190,10 +196,11 @@ const char* launch(const TopkPerRowParams& params, int device_index, void* strea
   const char* err = device_info(device_index, &d);  // the binding's device guard makes the device current
   if (err != nullptr) return err;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t register_err = cudaSuccess;
-  if (params.logits_bf16 ? launch_register<uint16_t>(params, *d, s, &register_err)
-                         : launch_register<float>(params, *d, s, &register_err))
-    return register_err == cudaSuccess ? nullptr : cudaGetErrorString(register_err);
+  if (const int keys = register_instance(params)) {
+    const cudaError_t launch_err = params.logits_bf16 ? launch_register<uint16_t>(params, keys, *d, s)
+                                                      : launch_register<float>(params, keys, *d, s);
+    return launch_err == cudaSuccess ? nullptr : cudaGetErrorString(launch_err);
+  }
   const ClusterPlan plan = plan_cluster(params, *d);
   if (plan.cluster > 0) {
     const cudaError_t launch_err =
