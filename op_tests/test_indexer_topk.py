@@ -688,8 +688,9 @@ def _register_capacity(keys, dtype):
 def test_gpu_select_kernel_edges(dtype):
     # The register kernel (rows up to ~33K columns: each instance, at its capacity and one past it) and
     # the cluster kernel (1 to 8 CTAs per row), row pitches and windows off 16-byte boundaries (the
-    # first 8 rows see whole windows at 8 successive offsets), every adversarial row kind, k from 1 to
-    # 4096: bit for bit the CPU path's indices and the logits themselves as values.
+    # first 8 rows see whole windows at 8 successive offsets; later ones windows that end early too),
+    # every adversarial row kind, k from 1 to 4096: bit for bit the CPU path's indices and the logits
+    # themselves as values.
     g = torch.Generator().manual_seed(41)
     cap = [_register_capacity(keys, dtype) for keys in (9, 17, 33)]
     cases = ((37, 7), (3000, 512), (8192, 2048), (cap[0], 2048), (cap[0] + 1, 4096), (12000, 1024),
@@ -712,6 +713,9 @@ def test_gpu_select_kernel_edges(dtype):
             if rows > 8:
                 ks[8], ke[8] = 1, 1  # empty
                 ke[9] = ks[9] + min(width - int(ks[9]), k // 2 + 1)  # shorter than k
+            if rows > 10:  # every other later row's window ends early: warps on both sides hold no key
+                span = torch.randint(0, width + 1, (rows - 10,), generator=g, dtype=torch.int32)
+                ke[10::2] = torch.minimum(ks[10::2] + span[::2], ke[10::2])
             cpu = torch.full((rows, k), GARBAGE, dtype=torch.int32)
             cpu_vals = torch.full((rows, k), float("nan"))
             top_k_per_row_prefill(logits, ks, ke, cpu, cpu_vals, rows, pitch, 1, k)

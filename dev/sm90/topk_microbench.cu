@@ -8,7 +8,7 @@
 //
 // Rows: prefill [4096, 32768] and [1024, 131072] float32 and bfloat16 (whole rows and causal windows,
 // row r seeing the first N - M + r + 1 keys; ragged windows of random start and length, a third of
-// them shorter than k), decode [64 .. 256, 8192 .. 65536] float32. Logits: a
+// them shorter than k; multi_req: four requests of N / 4 keys and M / 4 causal queries), decode [64 .. 256, 8192 .. 65536] float32. Logits: a
 // hash of (row, column) shaped like the indexer's (a relu'd sum, many in a narrow range), so the
 // threshold's bin holds what real rows hold. Each call runs on a cold L2 (a 256 MiB write before it,
 // outside the timed span); the median of --iters calls. GB/s = the windows' logits bytes over the
@@ -66,7 +66,8 @@ struct Shape {
   const char* what;
   int64_t rows, width;
   bool bf16, causal;
-  bool ragged = false;  // windows of random start and length, many shorter than k
+  bool ragged = false;     // windows of random start and length, many shorter than k
+  bool multi_req = false;  // four requests of width / 4 keys, rows / 4 causal queries each
 };
 
 double median(std::vector<float> v) {
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
       {"prefill causal", 4096, 32768, false, true}, {"prefill", 1024, 131072, false, false},
       {"prefill", 1024, 131072, true, false},  {"prefill causal", 1024, 131072, false, true},
       {"prefill ragged", 4096, 32768, false, false, true}, {"prefill ragged", 4096, 32768, true, false, true},
+      {"prefill multi_req", 4096, 32768, false, false, false, true},
   };
   for (int64_t b : {64, 128, 256})
     for (int64_t n : {8192, 16384, 32768, 65536}) shapes.push_back({"decode", b, n, false, false});
@@ -135,6 +137,11 @@ int main(int argc, char** argv) {
         const uint64_t h = (static_cast<uint64_t>(r) + 1) * 0x9E3779B97F4A7C15ull;
         hs[r] = static_cast<int32_t>((h >> 20) % sh.width);
         he[r] = static_cast<int32_t>(std::min<int64_t>(sh.width, hs[r] + static_cast<int64_t>((h >> 40) % (3 * k))));
+      }
+      if (sh.multi_req) {
+        const int64_t per_rows = sh.rows / 4, per_keys = sh.width / 4, j = r / per_rows;
+        hs[r] = static_cast<int32_t>(j * per_keys);
+        he[r] = static_cast<int32_t>(hs[r] + per_keys - per_rows + r % per_rows + 1);
       }
       bytes += double(he[r] - hs[r]) * elem;
     }

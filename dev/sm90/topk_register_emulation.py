@@ -34,24 +34,38 @@ def instance(width: int, elem: int):
 
 
 def block_pick(hist: np.ndarray, wanted: int):
-    """block_pick: thread t sums the t-th group of bins from the top; an exclusive scan of the groups."""
+    """block_pick: thread t sums the t-th group of bins from the top; an exclusive scan of the groups.
+    Returns (bin, remaining, count in the bin, total)."""
     per = len(hist) // THREADS
     groups = hist[::-1].reshape(THREADS, per).astype(np.int64)
     sums = groups.sum(1)
     above = np.cumsum(sums) - sums
     total = int(sums.sum())
     if total < wanted:
-        return 0, wanted, total
+        return 0, wanted, 0, total
     t = int(np.nonzero((above < wanted) & (above + sums >= wanted))[0][0])
     run = int(above[t])
     for i in range(per):
         if run < wanted <= run + groups[t, i]:
-            return len(hist) - 1 - t * per - i, wanted - run, total
+            return len(hist) - 1 - t * per - i, wanted - run, int(groups[t, i]), total
         run += int(groups[t, i])
     raise AssertionError("the crossing group holds the crossing bin")
 
 
-def emulate_row(x_row: np.ndarray, row: int, stride0: int, begin: int, end: int, k: int, elem: int, keys: int):
+def fine_threshold(keys: np.ndarray, coarse_bin: int, remaining: int):
+    """fine_threshold: two 10-bit histograms of the keys of the fixed prefix; (T, need, equal)."""
+    sel = keys[(keys >> (32 - COARSE_BITS)) == coarse_bin]
+    hist1 = np.bincount((sel >> (32 - COARSE_BITS - FINE_BITS)) & ((1 << FINE_BITS) - 1), minlength=1 << FINE_BITS)
+    fine1_bin, remaining, _, _ = block_pick(hist1, remaining)
+    prefix = (coarse_bin << FINE_BITS) | fine1_bin
+    sel = keys[(keys >> FINE_BITS) == prefix]
+    hist2 = np.bincount(sel & ((1 << FINE_BITS) - 1), minlength=1 << FINE_BITS)
+    fine2_bin, need, equal, _ = block_pick(hist2, remaining)
+    return (prefix << FINE_BITS) | fine2_bin, need, equal
+
+
+def emulate_row(x_row: np.ndarray, row: int, stride0: int, begin: int, end: int, k: int, elem: int, keys: int,
+                paths: dict):
     mis = ((row * stride0 + begin) * elem % 16) // elem  # the base pointer is 16-byte aligned
     base_col = begin - mis
     lo, hi = mis, mis + end - begin
@@ -59,40 +73,53 @@ def emulate_row(x_row: np.ndarray, row: int, stride0: int, begin: int, end: int,
     stage_keys = np.zeros(THREADS * keys, np.uint32)
     stage_keys[lo:hi] = fast_key(x_row[begin:end])
     key = stage_keys.reshape(THREADS, keys)  # thread t holds stage elements [t * keys, (t + 1) * keys)
+    warp_first = np.arange(THREADS // 32) * 32 * keys
+    live = np.repeat((warp_first < hi) & (warp_first + 32 * keys > lo), 32)
+    assert not key[~live].any(), "a dead warp holds a choosable key"
 
-    live = key[key != 0]
-    hist0 = np.bincount(live >> (32 - COARSE_BITS), minlength=1 << COARSE_BITS)
-    coarse_bin, remaining, total = block_pick(hist0, k)
+    hist0 = np.bincount(key.ravel() >> (32 - COARSE_BITS), minlength=1 << COARSE_BITS)
+    hist0[0] = 0  # read as empty
+    coarse_bin, remaining, count, total = block_pick(hist0, k)
     take_all = total <= k
-    threshold, need_equal = 0, 0
+    threshold, need, equal_count = 1, 0, 0  # take_all: every key from 1 up
     if not take_all:
-        prefix = coarse_bin
-        sel = key[(key >> (32 - COARSE_BITS)) == prefix]
-        hist1 = np.bincount((sel >> (32 - COARSE_BITS - FINE_BITS)) & ((1 << FINE_BITS) - 1), minlength=1 << FINE_BITS)
-        fine1_bin, remaining, _ = block_pick(hist1, remaining)
-        prefix = (prefix << FINE_BITS) | fine1_bin
-        sel = key[(key >> FINE_BITS) == prefix]
-        hist2 = np.bincount(sel & ((1 << FINE_BITS) - 1), minlength=1 << FINE_BITS)
-        fine2_bin, need_equal, _ = block_pick(hist2, remaining)
-        threshold = (prefix << FINE_BITS) | fine2_bin
+        threshold, need, equal_count = fine_threshold(key.ravel(), coarse_bin, remaining)
+    paths["take_all" if take_all else "fine"] += 1
 
-    above_t = (key > threshold).sum(1).astype(np.uint32)
-    equal_t = ((key == threshold) & (not take_all)).sum(1).astype(np.uint32)
-    packed = above_t + (equal_t << np.uint32(16))
+    # emit: per thread a mask of the keys it takes (bit i: key i), then slots by a block scan.
+    cut_ties = equal_count > need
+    paths["cut_ties"] += int(cut_ties)
+    bit = np.uint64(1) << np.arange(keys, dtype=np.uint64)
+    if cut_ties:
+        take = ((key > threshold) * bit).sum(1, dtype=np.uint64)
+        equal = ((key == threshold) * bit).sum(1, dtype=np.uint64)
+    else:
+        take = ((key >= threshold) * bit).sum(1, dtype=np.uint64)
+        equal = np.zeros(THREADS, np.uint64)
+    take[~live] = 0
+    equal[~live] = 0
+    popc = lambda m: np.array([bin(int(v)).count("1") for v in m], np.uint32)  # noqa: E731
+    packed = popc(take) + (popc(equal) << np.uint32(16))
     before = (np.cumsum(packed, dtype=np.uint32) - packed).astype(np.uint32)
-    assert np.array_equal(before & 0xFFFF, np.cumsum(above_t) - above_t), "the low half carried"
-    # Per key, as each thread walks its keys in order: the equal keys before it decide whether an
-    # equal key is kept, the kept keys before it in its thread offset its slot.
-    equal = (key == threshold) & (not take_all)
-    equal_rank = (before >> 16).astype(np.int64)[:, None] + np.cumsum(equal, 1) - equal
-    take = (key > threshold) | (equal & (equal_rank < need_equal))
-    start = (before & 0xFFFF).astype(np.int64) + np.minimum(before >> 16, need_equal).astype(np.int64)
-    slot = start[:, None] + np.cumsum(take, 1) - take
-    columns = base_col + np.arange(THREADS * keys).reshape(THREADS, keys)
+    assert np.array_equal(before & 0xFFFF, np.cumsum(popc(take)) - popc(take)), "the low half carried"
     out = np.full(k, -1, np.int64)
-    assert (slot[take] < k).all(), "a slot past k"
-    written = np.bincount(slot[take], minlength=k)
-    out[slot[take]] = columns[take]
+    written = np.zeros(k, np.int64)
+    for t in range(THREADS):
+        equal_before = min(int(before[t]) >> 16, need)
+        m, e = int(take[t]), int(equal[t])
+        kept = equal_before
+        while e and kept < need:  # this thread keeps its first need - equal_before equal keys
+            m |= e & -e
+            e &= e - 1
+            kept += 1
+        slot = (int(before[t]) & 0xFFFF) + equal_before
+        while m:
+            i = (m & -m).bit_length() - 1
+            assert slot < k, "a slot past k"
+            out[slot] = base_col + t * keys + i
+            written[slot] += 1
+            slot += 1
+            m &= m - 1
     chosen = total if take_all else k
     assert (written[:chosen] == 1).all() and (written[chosen:] == 0).all(), "a slot written twice or never"
     return out.astype(np.int32)
@@ -106,6 +133,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     check_fast_key(rng)
     checked, used = 0, set()
+    paths = {"take_all": 0, "fine": 0, "cut_ties": 0}
     for dtype, elem in ((torch.float32, 4), (torch.bfloat16, 2)):
         widths = [1, 37, 2048, 5000] + [max_width(keys, elem) + d for keys in INSTANCES for d in (-1, 0, 1)]
         for width in widths:
@@ -131,12 +159,13 @@ def main():
                 cpu = torch.full((rows, k), 0x5A5A5A5A, dtype=torch.int32)
                 top_k_per_row_prefill(t, torch.from_numpy(ks), torch.from_numpy(ke), cpu, None, rows, stride0, 1, k)
                 for r in range(rows):
-                    got = emulate_row(xf[r], r, stride0, int(ks[r]), int(ke[r]), k, elem, keys)
+                    got = emulate_row(xf[r], r, stride0, int(ks[r]), int(ke[r]), k, elem, keys, paths)
                     assert np.array_equal(got, cpu[r].numpy()), (dtype, width, k, r)
                     checked += 1
             print(f"{dtype} width {width} (kKeys {keys}): ok (rows checked {checked})", flush=True)
     assert used == set(INSTANCES)
-    print(f"emulation equals the CPU path on {checked} rows; instances {sorted(used)}")
+    assert all(paths.values()), f"a path no row took: {paths}"
+    print(f"emulation equals the CPU path on {checked} rows; instances {sorted(used)}; rows per path {paths}")
 
 
 if __name__ == "__main__":

@@ -9,18 +9,20 @@
 //            everything outside the window, is never chosen). kKeys is odd, so the threads' reads
 //            fall in distinct banks. Once the keys are in registers the stage takes the CTA's next row
 //            (rows blockIdx.x, blockIdx.x + gridDim.x, ...), whose copy runs under this row's passes.
+//            A warp whose keys all lie outside the window skips the fine passes and the emit's masks.
 //   coarse:  a shared histogram of the top kCoarseBits bits of every key (one ATOMS.POPC.INC per key,
 //            no branch: the atomic unit sums the lanes of one address); bin 0 holds only
 //            never-chosen keys and is read as empty. A block scan from the top bin fixes the bin
 //            holding the k-th largest key. A row with at most k choosable keys takes them all.
 //   fine:    two more histograms, of the next kFineBits bits of the keys that match the bits fixed so
-//            far, fix the k-th largest key T exactly and `need_equal`, how many keys equal to T the
-//            top k holds.
-//   emit:    one block scan of each thread's (keys above T, keys equal to T), packed in 16-bit halves,
-//            gives every chosen key its slot: the keys above T before it plus min(keys equal to T
-//            before it, need_equal). A key equal to T is kept while fewer than need_equal equal keys
-//            precede it (the lower columns win the tie). Thread order is column order, so the output
-//            is ascending columns whatever the timing: bitwise reproducible. The columns go to
+//            far, fix the k-th largest key T exactly, `need`, how many keys equal to T the top k
+//            holds, and `equal`, how many the row holds.
+//   emit:    each thread's mask of the keys it takes (bit i: key i): every key from T up, or, when
+//            the row holds more keys equal to T than need (cut_ties), the keys above T and the first
+//            of the equal ones. One block scan of each thread's (taken keys, keys equal to T), packed
+//            in 16-bit halves, gives its first slot; an equal key is kept while fewer than need equal
+//            keys precede it (the lower columns win the tie). Thread order is column order, so the
+//            output is ascending columns whatever the timing: bitwise reproducible. The columns go to
 //            shared memory by slot, then out in slot order with -1 past the chosen ones; values (and
 //            -inf) are read from the logits, since the stage holds the next row by then.
 //
@@ -59,20 +61,32 @@ constexpr int kKeysSmall = 9;
 constexpr int kKeysMedium = 17;
 constexpr int kKeysLarge = 33;
 
+// What every thread reads of the staged row's window (stage element i is column base_col + i; the
+// window is [lo, hi)): kept in shared memory, not in registers beside the keys.
+struct StagedSpan {
+  int64_t base_col;
+  int lo, hi;
+  bool bulk;      // its middle comes by bulk copy: wait for the mbarrier's phase
+  uint32_t phase;  // the phase parity that copy completes
+};
+
 struct SharedState {
   uint32_t hist0[kCoarseBins];
   uint32_t hist1[kFineBins];
   uint32_t hist2[kFineBins];
   int32_t chosen[kTopkMaxK];  // the row's chosen columns, by output slot
-  uint32_t pick_bin, pick_remaining;
+  uint32_t pick_bin, pick_remaining, pick_count;
   uint32_t warp_sums[kThreads / 32];
   uint32_t block_total;
+  StagedSpan staged;
+  int64_t row_base_col;  // the staged span's base_col for the row whose keys are in registers
   alignas(8) uint64_t bar;
 };
-constexpr size_t kStageOffset = (sizeof(SharedState) + 127) / 128 * 128;
+// The shared state is static (its fields' addresses are constants in the instructions); the dynamic
+// shared memory is the stage alone.
 template <typename Elem, int kKeys>
 constexpr size_t smem_bytes() {
-  return kStageOffset + (size_t(kThreads) * kKeys * sizeof(Elem) + 15) / 16 * 16;
+  return (size_t(kThreads) * kKeys * sizeof(Elem) + 15) / 16 * 16;
 }
 template <typename Elem, int kKeys>
 constexpr int64_t max_width() {
@@ -100,6 +114,7 @@ __device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t* to
 struct Pick {
   uint32_t bin;        // the bin holding the wanted-th largest key
   uint32_t remaining;  // keys still wanted inside it
+  uint32_t count;      // keys inside it
   uint32_t total;      // keys the histogram counts
 };
 
@@ -127,6 +142,7 @@ __device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted
       if (above < wanted && above + c[i] >= wanted) {
         s.pick_bin = static_cast<uint32_t>(top - i);
         s.pick_remaining = wanted - above;
+        s.pick_count = c[i];
       }
       above += c[i];
     }
@@ -134,9 +150,10 @@ __device__ __forceinline__ Pick block_pick(const uint32_t* hist, uint32_t wanted
   if (t == 0 && total < wanted) {
     s.pick_bin = 0;
     s.pick_remaining = wanted;
+    s.pick_count = 0;
   }
   __syncthreads();
-  const Pick out{s.pick_bin, s.pick_remaining, total};
+  const Pick out{s.pick_bin, s.pick_remaining, s.pick_count, total};
   __syncthreads();  // pick_* and the warp sums are written again by the next pick
   return out;
 }
@@ -147,6 +164,54 @@ __device__ __forceinline__ void clear_histograms(SharedState& s, int t) {
   s.hist1[t] = 0;
   s.hist2[t] = 0;
 }
+
+// Of this thread's keys whose top `kFixedBits` bits are `prefix`, a histogram of the next kFineBits
+// bits (a dead warp's keys, all 0, are skipped).
+template <int kFixedBits, int kKeys>
+__device__ __forceinline__ void count_next_bits(const uint32_t (&key)[kKeys], bool live, uint32_t prefix,
+                                                uint32_t* hist) {
+  if (!live) return;
+#pragma unroll
+  for (int i = 0; i < kKeys; ++i)
+    if ((key[i] >> (32 - kFixedBits)) == prefix)
+      atomicAdd(&hist[(key[i] >> (32 - kFixedBits - kFineBits)) & (kFineBins - 1)], 1u);
+}
+
+struct Threshold {
+  uint32_t key;    // the k-th largest key T
+  uint32_t need;   // keys equal to T the top k holds
+  uint32_t equal;  // keys equal to T the row holds
+};
+
+// The whole CTA, with `coarse` the bin holding the k-th largest key: two histograms of the next
+// kFineBits bits of the keys of the fixed prefix fix T exactly (key 0 never matches: the coarse bin
+// is not bin 0).
+template <int kKeys>
+__device__ __forceinline__ Threshold fine_threshold(const uint32_t (&key)[kKeys], bool live, const Pick& coarse,
+                                                    SharedState& s) {
+  count_next_bits<kCoarseBits>(key, live, coarse.bin, s.hist1);
+  __syncthreads();
+  const Pick fine1 = block_pick<kFineBins, false>(s.hist1, coarse.remaining, s);
+  const uint32_t prefix = (coarse.bin << kFineBits) | fine1.bin;
+  count_next_bits<kCoarseBits + kFineBits>(key, live, prefix, s.hist2);
+  __syncthreads();
+  const Pick fine2 = block_pick<kFineBins, false>(s.hist2, fine1.remaining, s);
+  return Threshold{(prefix << kFineBits) | fine2.bin, fine2.remaining, fine2.count};
+}
+
+// A thread's keys as bits: bit i % 32 of word i / 32 is key i.
+template <int kKeys>
+struct KeyMask {
+  static constexpr int kWords = (kKeys + 31) / 32;
+  uint32_t word[kWords] = {};
+  __device__ __forceinline__ void set(int i, bool on) { word[i / 32] |= static_cast<uint32_t>(on) << (i % 32); }
+  __device__ __forceinline__ uint32_t count() const {
+    uint32_t n = 0;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) n += __popc(word[w]);
+    return n;
+  }
+};
 
 // CTAs per SM an instance is built for: the small one fits two (32 registers a thread).
 template <int kKeys>
@@ -162,6 +227,7 @@ struct StagedWindow {
   int64_t base_col;
   int lo, hi, a0, a1;
   __device__ bool bulk() const { return a1 > a0; }
+  __device__ StagedSpan span(uint32_t phase) const { return StagedSpan{base_col, lo, hi, bulk(), phase}; }
 };
 
 template <typename Elem>
@@ -210,58 +276,57 @@ template <typename Elem, int kKeys>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_select_kernel(const TopkPerRowParams p) {
   const int t = threadIdx.x;
   const int lane = t & 31, warp = t >> 5;
+  __shared__ SharedState s;
   extern __shared__ __align__(128) unsigned char smem[];
-  SharedState& s = *reinterpret_cast<SharedState*>(smem);
-  Elem* stage = reinterpret_cast<Elem*>(smem + kStageOffset);
+  Elem* stage = reinterpret_cast<Elem*>(smem);
   const uint32_t k = static_cast<uint32_t>(p.k);
 
   // ---- the first row's load ----
+  uint32_t row = blockIdx.x;  // rows < 2^31 (the launcher checks): row + gridDim.x does not wrap
   if (t == 0) {
     mbar_init(&s.bar, 1);
     fence_barrier_init();
+    s.staged = staged_window<Elem>(p, row).span(0);
   }
   clear_histograms(s, t);
   __syncthreads();
-  int64_t row = blockIdx.x;
-  StagedWindow<Elem> w = staged_window<Elem>(p, row);
-  if (t == 0 && w.bulk()) issue_bulk(w, stage, &s.bar);
-  if (warp == 1) {
-    const int j = edge_index(w, lane);
-    if (j >= 0) stage[j] = w.aligned_src[j];
-  }
-  uint32_t phase = 0;
-
-  for (; row < p.rows; row += gridDim.x) {
-    if (w.bulk()) {
-      mbar_wait(&s.bar, phase);
-      phase ^= 1u;
+  if (t == 0 || warp == 1) {
+    const StagedWindow<Elem> w = staged_window<Elem>(p, row);
+    if (t == 0 && w.bulk()) issue_bulk(w, stage, &s.bar);
+    if (warp == 1) {
+      const int j = edge_index(w, lane);
+      if (j >= 0) stage[j] = w.aligned_src[j];
     }
+  }
+
+  for (; row < static_cast<uint32_t>(p.rows); row += gridDim.x) {
+    const StagedSpan span = s.staged;  // written before the previous row's last barriers
+    if (span.bulk) mbar_wait(&s.bar, span.phase);
+    if (t == 0) s.row_base_col = span.base_col;  // the previous row's last reads were before its last barrier
     __syncthreads();  // the edges' stores, and the previous row's cleared histograms, are seen
     const int first = t * kKeys;
+    // A warp whose keys all lie outside the window holds only key 0: it skips the fine passes and the
+    // emit's masks (the same in all its lanes, so no lane waits on another).
+    const int warp_first = warp * 32 * kKeys;
+    const bool live = warp_first < span.hi && warp_first + 32 * kKeys > span.lo;
     uint32_t key[kKeys];
-    if (first >= w.lo && first + kKeys <= w.hi) {  // most threads: every key in the window
+    if (first >= span.lo && first + kKeys <= span.hi) {  // most threads: every key in the window
 #pragma unroll
       for (int i = 0; i < kKeys; ++i) key[i] = key_of(stage[first + i]);
     } else {
 #pragma unroll
       for (int i = 0; i < kKeys; ++i) {
         const int j = first + i;
-        key[i] = j >= w.lo && j < w.hi ? key_of(stage[j]) : 0u;
+        key[i] = j >= span.lo && j < span.hi ? key_of(stage[j]) : 0u;
       }
     }
-    const int32_t first_col = static_cast<int32_t>(w.base_col) + first;  // columns are below 2^31
     __syncthreads();  // every key is in registers: the stage takes the next row
 
-    const int64_t next = row + gridDim.x;
-    int edge = -1;
-    Elem edge_value{};
-    if (next < p.rows) {
-      w = staged_window<Elem>(p, next);
-      if (t == 0 && w.bulk()) issue_bulk(w, stage, &s.bar);
-      if (warp == 1) {
-        edge = edge_index(w, lane);
-        if (edge >= 0) edge_value = w.aligned_src[edge];  // stored after the coarse counts
-      }
+    const uint32_t next = row + gridDim.x;
+    if (next < static_cast<uint32_t>(p.rows) && t == 0) {
+      const StagedWindow<Elem> w = staged_window<Elem>(p, next);
+      s.staged = w.span(span.bulk ? span.phase ^ 1u : span.phase);
+      if (w.bulk()) issue_bulk(w, stage, &s.bar);
     }
 
     // ---- coarse ----
@@ -270,60 +335,70 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     static_assert((0x00800000u >> (32 - kCoarseBits)) > 0, "bin 0 holds only never-chosen keys");
 #pragma unroll
     for (int i = 0; i < kKeys; ++i) atomicAdd(&s.hist0[key[i] >> (32 - kCoarseBits)], 1u);
-    if (edge >= 0) stage[edge] = edge_value;
+    // Warp 1 loads the next row's edges here and stores them after the pick, whose barriers hide the
+    // loads' latency.
+    int edge = -1;
+    Elem edge_value{};
+    if (next < static_cast<uint32_t>(p.rows) && warp == 1) {
+      const StagedWindow<Elem> w = staged_window<Elem>(p, next);
+      edge = edge_index(w, lane);
+      if (edge >= 0) edge_value = w.aligned_src[edge];
+    }
     __syncthreads();
     const Pick coarse = block_pick<kCoarseBins, true>(s.hist0, k, s);
+    if (edge >= 0) stage[edge] = edge_value;
     const bool take_all = coarse.total <= k;
 
-    // ---- fine: the next 10 bits, twice, of the keys of the fixed prefix ----
-    uint32_t threshold = 0, need_equal = 0;  // take_all: every key above 0, none equal
-    if (!take_all) {  // the same in every thread: the barriers below match
-      uint32_t prefix = coarse.bin;
-#pragma unroll
-      for (int i = 0; i < kKeys; ++i)
-        if ((key[i] >> (32 - kCoarseBits)) == prefix)
-          atomicAdd(&s.hist1[(key[i] >> (32 - kCoarseBits - kFineBits)) & (kFineBins - 1)], 1u);
-      __syncthreads();
-      const Pick fine1 = block_pick<kFineBins, false>(s.hist1, coarse.remaining, s);
-      prefix = (prefix << kFineBits) | fine1.bin;
-#pragma unroll
-      for (int i = 0; i < kKeys; ++i)
-        if ((key[i] >> kFineBits) == prefix) atomicAdd(&s.hist2[key[i] & (kFineBins - 1)], 1u);
-      __syncthreads();
-      const Pick fine2 = block_pick<kFineBins, false>(s.hist2, fine1.remaining, s);
-      threshold = (prefix << kFineBits) | fine2.bin;
-      need_equal = fine2.remaining;
-    }
+    // ---- fine ----
+    Threshold th{1u, 0u, 0u};  // take_all: every key from 1 up (all but key 0)
+    if (!take_all) th = fine_threshold(key, live, coarse, s);
     // The picks are done: the histograms are cleared for the next row (the loop's first barrier
     // orders this before its counts).
     clear_histograms(s, t);
 
     // ---- emit: chosen columns in ascending order ----
+    // Keys above T are all taken. When the row holds more keys equal to T than the top k, only the
+    // first `need` of them in column order are (cut_ties); otherwise every key from T up is.
+    const bool cut_ties = th.equal > th.need;
+    KeyMask<kKeys> take, equal;
+    if (live) {
+      if (cut_ties) {
+#pragma unroll
+        for (int i = 0; i < kKeys; ++i) {
+          take.set(i, key[i] > th.key);
+          equal.set(i, key[i] == th.key);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kKeys; ++i) take.set(i, key[i] >= th.key);
+      }
+    }
     // Per thread at most kKeys < 2^16 of each, and at most kThreads * kKeys < 2^16 in the whole row:
     // the low half's sums never carry into the high half.
     static_assert(kThreads * kKeys < 65536, "the packed counts fit 16 bits");
-    uint32_t counts = 0;
-#pragma unroll
-    for (int i = 0; i < kKeys; ++i)
-      counts += (key[i] > threshold ? 1u : 0u) + (key[i] == threshold && !take_all ? 0x10000u : 0u);
+    const uint32_t counts = take.count() + (equal.count() << 16);
     uint32_t all_counts = 0;
     const uint32_t before = block_exclusive_sum(counts, &all_counts, s);
-    uint32_t equal_rank = before >> 16;
-    uint32_t slot = (before & 0xFFFFu) + min(equal_rank, need_equal);
-    // Slots are scattered over the threads: the columns go to shared memory first, then out in order.
+    const uint32_t equal_before = min(before >> 16, th.need);
+    if (cut_ties) {  // this thread keeps its first need - equal_before keys equal to T
+      uint32_t kept = equal_before;
 #pragma unroll
-    for (int i = 0; i < kKeys; ++i) {
-      const bool equal = key[i] == threshold && !take_all;
-      const bool take = key[i] > threshold || (equal && equal_rank < need_equal);
-      equal_rank += equal ? 1u : 0u;
-      if (take) s.chosen[slot] = first_col + i;
-      slot += take ? 1u : 0u;
+      for (int w = 0; w < KeyMask<kKeys>::kWords; ++w) {
+        for (uint32_t e = equal.word[w]; e != 0 && kept < th.need; e &= e - 1, ++kept) take.word[w] |= e & (~e + 1);
+      }
+    }
+    // Slots are scattered over the threads: the columns go to shared memory first, then out in order.
+    int32_t* slot = s.chosen + (before & 0xFFFFu) + equal_before;
+    const int32_t first_col = static_cast<int32_t>(s.row_base_col) + first;  // columns are below 2^31
+#pragma unroll
+    for (int w = 0; w < KeyMask<kKeys>::kWords; ++w) {
+      for (uint32_t m = take.word[w]; m != 0; m &= m - 1) *slot++ = first_col + w * 32 + __ffs(m) - 1;
     }
     __syncthreads();
     const uint32_t chosen = take_all ? coarse.total : k;
-    int32_t* out = p.indices + row * p.indices_stride;
-    const Elem* logits_row = static_cast<const Elem*>(p.logits) + row * p.stride0;
-    float* vals = p.values != nullptr ? p.values + row * p.values_stride : nullptr;
+    int32_t* out = p.indices + int64_t(row) * p.indices_stride;
+    const Elem* logits_row = static_cast<const Elem*>(p.logits) + int64_t(row) * p.stride0;
+    float* vals = p.values != nullptr ? p.values + int64_t(row) * p.values_stride : nullptr;
     for (uint32_t i = t; i < k; i += kThreads) {
       const int32_t col = i < chosen ? s.chosen[i] : -1;
       out[i] = col;
