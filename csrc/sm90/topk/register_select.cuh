@@ -72,8 +72,8 @@ struct StagedSpan {
 
 struct SharedState {
   uint32_t hist0[kCoarseBins];
-  uint32_t hist1[kFineBins];
-  uint32_t hist2[kFineBins];
+  uint32_t hist1[kFineBins + 1];  // the last bin takes the keys outside the prefix
+  uint32_t hist2[kFineBins + 1];
   int32_t chosen[kTopkMaxK];  // the row's chosen columns, by output slot
   uint32_t pick_bin, pick_remaining, pick_count;
   uint32_t warp_sums[kThreads / 32];
@@ -163,18 +163,20 @@ __device__ __forceinline__ void clear_histograms(SharedState& s, int t) {
   for (int i = t; i < kCoarseBins; i += kThreads) s.hist0[i] = 0;
   s.hist1[t] = 0;
   s.hist2[t] = 0;
+  if (t == 0) s.hist1[kFineBins] = s.hist2[kFineBins] = 0;
 }
 
 // Of this thread's keys whose top `kFixedBits` bits are `prefix`, a histogram of the next kFineBits
-// bits (a dead warp's keys, all 0, are skipped).
+// bits in hist[0, kFineBins); every other key lands in hist[kFineBins], which no pick reads. Each
+// key costs a subtraction, a shift, a min and the atomic: no compare, and no branch around it.
 template <int kFixedBits, int kKeys>
 __device__ __forceinline__ void count_next_bits(const uint32_t (&key)[kKeys], bool live, uint32_t prefix,
                                                 uint32_t* hist) {
-  if (!live) return;
+  if (!live) return;  // a dead warp's keys, all 0, match no prefix
+  const uint32_t low = prefix << (32 - kFixedBits);
 #pragma unroll
   for (int i = 0; i < kKeys; ++i)
-    if ((key[i] >> (32 - kFixedBits)) == prefix)
-      atomicAdd(&hist[(key[i] >> (32 - kFixedBits - kFineBits)) & (kFineBins - 1)], 1u);
+    atomicAdd(&hist[min((key[i] - low) >> (32 - kFixedBits - kFineBits), uint32_t(kFineBins))], 1u);
 }
 
 struct Threshold {
