@@ -8,7 +8,8 @@
 //
 // Rows: prefill [4096, 32768] and [1024, 131072] float32 and bfloat16 (whole rows and causal windows,
 // row r seeing the first N - M + r + 1 keys; ragged windows of random start and length, a third of
-// them shorter than k; multi_req: four requests of N / 4 keys and M / 4 causal queries), decode [64 .. 256, 8192 .. 65536] float32. Logits: a
+// them shorter than k; multi_req: four requests of N / 4 keys and M / 4 causal queries each), decode
+// [64 .. 256, 8192 .. 65536] float32. Logits: a
 // hash of (row, column) shaped like the indexer's (a relu'd sum, many in a narrow range), so the
 // threshold's bin holds what real rows hold. Each call runs on a cold L2 (a 256 MiB write before it,
 // outside the timed span); the median of --iters calls. GB/s = the windows' logits bytes over the
