@@ -206,7 +206,10 @@ template <int kKeys>
 struct KeyMask {
   static constexpr int kWords = (kKeys + 31) / 32;
   uint32_t word[kWords] = {};
-  __device__ __forceinline__ void set(int i, bool on) { word[i / 32] |= static_cast<uint32_t>(on) << (i % 32); }
+  // Predicated: after the compare, one instruction sets the bit.
+  __device__ __forceinline__ void set(int i, bool on) {
+    if (on) word[i / 32] |= 1u << (i % 32);
+  }
   __device__ __forceinline__ uint32_t count() const {
     uint32_t n = 0;
 #pragma unroll
@@ -336,7 +339,11 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm<kKeys>()) register_selec
     // choosable key (the smallest, -FLT_MAX's, is 0x00800000), and the pick reads bin 0 as empty.
     static_assert((0x00800000u >> (32 - kCoarseBits)) > 0, "bin 0 holds only never-chosen keys");
 #pragma unroll
-    for (int i = 0; i < kKeys; ++i) atomicAdd(&s.hist0[key[i] >> (32 - kCoarseBits)], 1u);
+    for (int i = 0; i < kKeys; ++i) {
+      uint32_t bin = key[i] >> (32 - kCoarseBits);
+      asm("" : "+r"(bin));  // the address as one multiply-add of the bin, not a shift, a mask and an add
+      atomicAdd(&s.hist0[bin], 1u);
+    }
     // Warp 1 loads the next row's edges here and stores them after the pick, whose barriers hide the
     // loads' latency.
     int edge = -1;
