@@ -13,13 +13,16 @@
 //   d[4j + 2i + c] = S[key = 16 wi + l/4 + 8 i][col = 8 j + 2 q + c],  j < 16, i, c in {0, 1}
 //   col -> (row r = j / (H/8), head = 8 (j % (H/8)) + 2 q + c) within the warpgroup's rows.
 // So each thread holds, for two keys, H/4 heads of every one of the warpgroup's 128/H rows: the head
-// sum is a per-thread FFMA chain and then a reduction across the quad.
+// sum is a per-thread FFMA chain and then a reduction across the quad. Where the instance splits the
+// head sum (linear_term.cuh), columns 128 + 8 j' + 2 q + c (j' < R / 2) are piece q of row 2 j' + c,
+// d[64 + 4 j' + 2 i + c].
 #pragma once
 #include <cuda_bf16.h>
 #include <cstdint>
 
 #include "sm90/common/exact.cuh"
 #include "sm90/common/reduce.cuh"
+#include "sm90/linear_term.cuh"
 #include "sm90/ptx/ld_st.cuh"
 #include "sm90/shared_storage.cuh"
 #include "sm90/work.cuh"
@@ -39,11 +42,12 @@ struct BlockRows {
   int64_t row_offset[kRows];  // the compressed layout only: row k's key 0 from out_row
   int2 window[kRows];
   uint32_t stores;
+  float piece_scale[BlockShape<H>::kRowsPerWarpgroup];  // split instances: piece q's scale of each row
 };
 
 // The compressed layout (Logits::kCompressed): key n of row m at column n - s_m; its -inf tail is
 // the fill warps' (fill.cuh), so here only in-window elements are stored.
-template <int H, class Logits>
+template <int H, int D, class Logits>
 __device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, const SharedStorage& smem, int slot, int block,
                                                 int math_warpgroup, int quad_lane, int local_row,
                                                 const KernelArgs& args) {
@@ -55,6 +59,11 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, cons
     rows.weights[4 * v + 1] = four.y;
     rows.weights[4 * v + 2] = four.z;
     rows.weights[4 * v + 3] = four.w;
+  }
+  if constexpr (LinearTerm<H, D>::kOn) {
+    const float* scales = smem.weights[slot][math_warpgroup * 4 + quad_lane] + 32;
+#pragma unroll
+    for (int r = 0; r < BlockShape<H>::kRowsPerWarpgroup; ++r) rows.piece_scale[r] = scales[r];
   }
   // Row indices fit in 32 bits (the launcher keeps M * H below 2^31); only the output offset is 64-bit.
   const int num_rows = static_cast<int>(args.M);
@@ -85,18 +94,22 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, cons
   }
 }
 
-// relu(x) is computed as (x + |x|), one FADD on the FMA pipe where fmaxf would be an FMNMX on the
-// busier ALU pipe; reduce_store's `half_kv_scale` = kv_scale / 2 takes the 2 back out (scaling by 2
-// and 1/2 is exact, so the result is bit-identical to fmaxf(x, 0) * w).
+// The head sums are twice sum_h relu(x_h) w_h, and reduce_store's `half_kv_scale` = kv_scale / 2 takes
+// the 2 back out. Split instances (linear_term.cuh) sum |x| w (one FFMA with an |x| operand) and add
+// the piece columns times their scales (K . q'). The others compute 2 relu(x) as (x + |x|), one FADD on
+// the FMA pipe where fmaxf would be an FMNMX on the busier ALU pipe (scaling by 2 and 1/2 is exact, so
+// their result is bit-identical to fmaxf(x, 0) * w).
 template <int H>
 struct HeadSums {
   float value[2 * BlockShape<H>::kRowsPerWarpgroup];  // [key row i of the fragment * kRowsPerWarpgroup + row]
 };
 
 // relu, x w, and this thread's share of the head sum: 8 heads of each (key, row) it holds.
-template <int H, class Logits>
-__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const BlockRows<H, Logits>& rows) {
+template <int H, int D, class Logits>
+__device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[LinearTerm<H, D>::kMmaCols / 2],
+                                                 const BlockRows<H, Logits>& rows) {
   using Shape = BlockShape<H>;
+  using Linear = LinearTerm<H, D>;
   constexpr int kRows = Shape::kRowsPerWarpgroup;
   // FFMA chains per (key, row): 8 chains or more keep the FFMA latency hidden (H <= 32: one per
   // (key, row); H=64: two, even and odd head groups, joined at the end in a fixed order).
@@ -117,9 +130,18 @@ __device__ __forceinline__ HeadSums<H> head_sums(const float (&acc)[64], const B
       for (int c = 0; c < 2; ++c) {
         const float x = acc[4 * j + 2 * i + c];
         float& chain = part[i][r][head_group % kChains];
-        chain = fmaf(x + fabsf(x), rows.weights[2 * j + c], chain);
+        chain = fmaf(Linear::kOn ? fabsf(x) : x + fabsf(x), rows.weights[2 * j + c], chain);
       }
   }
+#pragma unroll
+  for (int j = 0; j < Linear::kCols / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int r = 2 * j + c;
+        part[i][r][0] = fmaf(acc[64 + 4 * j + 2 * i + c], rows.piece_scale[r], part[i][r][0]);
+      }
   HeadSums<H> sum;
 #pragma unroll
   for (int i = 0; i < 2; ++i)

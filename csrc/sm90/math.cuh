@@ -4,8 +4,9 @@
 //
 // Operands, both in shared memory with the D-byte swizzle (shared_storage.cuh):
 //   A = the K tile:  64 keys x D e4m3 (K-major, D-byte swizzle)
-//   B = this warpgroup's 128 columns of the Q tile: (row, head) pairs x D e4m3 (K-major, D-byte swizzle)
-//   D = S[key][col] = K[key] . Q[row, head], 64 x 128 f32 in registers (fragment: epilogue.cuh)
+//   B = this warpgroup's 128 columns of the Q tile: (row, head) pairs x D e4m3 (K-major, D-byte swizzle),
+//       then, where the instance splits the head sum (linear_term.cuh), its rows' 8 or 16 piece columns
+//   D = S[key][col] = K[key] . Q[row, head], 64 x (128 + piece columns) f32 in registers (fragment: epilogue.cuh)
 // kv_scale [N] f32 is read here, one tile ahead; out [M, N] is written by the epilogue.
 //
 // Why this shape: math warpgroup g owns Q-tile columns [128 g, 128 g + 128) and one accumulator; all
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "sm90/epilogue.cuh"
+#include "sm90/linear_term.cuh"
 #include "sm90/mma/wgmma.cuh"
 #include "sm90/ptx/barrier.cuh"
 #include "sm90/shared_storage.cuh"
@@ -37,11 +39,12 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
   // Descriptors of stage 0 / slot 0; other stages and slots are fixed offsets (in 16-byte units).
   // Only the low word (start address) differs between stages, slots and k steps: 32-bit arithmetic.
   const uint64_t desc_k0 = smem_desc_swizzled<D>(smem.k[0]);
-  const uint64_t desc_q0 = smem_desc_swizzled<D>(smem.q[0] + math_warpgroup * kColsPerMathWarpgroup * D);
+  const uint64_t desc_q0 = smem_desc_swizzled<D>(smem.q[0] + math_warpgroup * kQRegionBytes);
   const uint64_t desc_hi = desc_k0 & 0xffffffff00000000ull;  // same for both: layout, strides
   const uint32_t k_lo0 = static_cast<uint32_t>(desc_k0), q_lo0 = static_cast<uint32_t>(desc_q0);
 
-  float acc[64];
+  constexpr int kMmaCols = LinearTerm<H, D>::kMmaCols;
+  float acc[kMmaCols / 2];
   BlockRows<H, Logits> rows;
   int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
   int block = -1, tile = 0, tile_begin = 0, tile_end = 0;
@@ -55,6 +58,11 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
     tile_end = __shfl_sync(0xffffffffu, smem.slot_tile_end[slot], 0);
     tile = tile_begin;
   };
+  // The linear term's pieces of the cursor's block (linear_term.cuh), before its first MMA and its
+  // rows' load (which reads their scales); built while no accumulator is live.
+  auto build_pieces = [&]() {
+    if constexpr (LinearTerm<H, D>::kOn) build_linear_pieces<H, D>(smem, slot, math_warpgroup, threadIdx.x % 128);
+  };
   auto issue = [&]() {
     mbar_wait(&smem.k_full[stage], stage_phase);
     const uint32_t k_lo = k_lo0 + stage * (kKStageBytes >> 4), q_lo = q_lo0 + slot * (kQSlotBytes >> 4);
@@ -64,7 +72,7 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
     // within the swizzle atom (the hardware applies the swizzle to the full address).
 #pragma unroll
     for (int kk = 0; kk < HeadDimShape<D>::kMmaSteps; ++kk)
-      wgmma_m64n128k32_e4m3(acc, desc_hi | (k_lo + 2 * kk), desc_hi | (q_lo + 2 * kk), kk > 0);
+      wgmma_m64nk32_e4m3<kMmaCols>(acc, desc_hi | (k_lo + 2 * kk), desc_hi | (q_lo + 2 * kk), kk > 0);
     wgmma_commit();
   };
 
@@ -108,26 +116,31 @@ __device__ void run_math_warpgroup(const KernelArgs& args, SharedStorage& smem, 
   };
   // The weights and windows of a block, from its (full) Q slot.
   auto load_rows = [&](int rows_slot, int rows_block) {
-    load_block_rows<H, Logits>(rows, smem, rows_slot, rows_block, math_warpgroup, quad_lane, local_row, args);
+    load_block_rows<H, D, Logits>(rows, smem, rows_slot, rows_block, math_warpgroup, quad_lane, local_row, args);
   };
   // Releases the finished tile's K stage, runs its epilogue, releases its Q slot after its last tile.
-  // A block's rows are loaded either at the end of the previous block's last epilogue (advance has
-  // opened their slot by then), or before the block's first epilogue (tunables.h: kRowsAtBlockEnd).
+  // A block's pieces are built, and its rows loaded, at the end of the previous block's last epilogue
+  // (advance has opened their slot by then); at H = 64 without the split the rows before the block's
+  // first epilogue instead (tunables.h: kRowsAtBlockEnd).
   auto finish = [&](const InFlight& in_flight) {
     fence_accumulators(acc);
     if (lane == 0) mbar_arrive(&smem.k_empty[in_flight.stage]);
-    if (!kRowsAtBlockEnd<H> && in_flight.first) load_rows(in_flight.slot, in_flight.block);
-    reduce_store<H, Logits>(head_sums<H>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
+    if (!kRowsAtBlockEnd<H, D> && in_flight.first) load_rows(in_flight.slot, in_flight.block);
+    reduce_store<H, Logits>(head_sums<H, D>(acc, rows), rows, in_flight.half_kv_scale, in_flight.key, args, lane);
     if (in_flight.last) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.q_empty[in_flight.slot]);
-      if (kRowsAtBlockEnd<H> && in_flight.has_next) load_rows(slot, block);  // the cursor's new block
+      if (in_flight.has_next) {  // the cursor's new block
+        build_pieces();
+        if (kRowsAtBlockEnd<H, D>) load_rows(slot, block);
+      }
     }
   };
 
   open_slot();
   if (block < 0) return;
-  if (kRowsAtBlockEnd<H>) load_rows(slot, block);
+  build_pieces();
+  if (kRowsAtBlockEnd<H, D>) load_rows(slot, block);
   pending_scale = load_scale();
   // The other warpgroups' MMAs on the same K tile run under this epilogue. (Issuing this
   // warpgroup's next MMA as soon as the head sums free the accumulator, before the reduction and

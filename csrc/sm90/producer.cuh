@@ -121,9 +121,10 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
         smem.slot_tile_begin[slot] = tile_begin;
         smem.slot_tile_end[slot] = tile_end;
         mbar_arrive_expect_tx(&smem.q_full[slot], HeadDimShape<D>::kQTileBytes);
+        // Box g is math warpgroup g's 128 columns, at the front of its region of the slot.
 #pragma unroll
-        for (int box = 0; box < kQTileCols / kQBoxRows; ++box)
-          tma_load_2d(smem.q[slot] + box * kQBoxRows * D, q_map, &smem.q_full[slot], 0,
+        for (int box = 0; box < kMathWarpgroups; ++box)
+          tma_load_2d(smem.q[slot] + box * kQRegionBytes, q_map, &smem.q_full[slot], 0,
                       static_cast<int>(block * kQTileCols + box * kQBoxRows));
       } else {
         mbar_arrive(&smem.q_full[slot]);

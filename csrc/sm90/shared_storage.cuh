@@ -9,6 +9,9 @@
 //                  Both are sized for D = kMaxHeadDim; a smaller D fills the front of each.
 //   weights[slot]  the block's weights w[m, h] (f32), permuted into the math threads' order (weight_index)
 //   window[slot]   the block's clamped row windows, for the epilogue's in-window test
+//   q[slot] is one region per math warpgroup (kQRegionBytes): its 128 Q columns, then the linear
+//   term's piece columns that the warpgroup builds itself (linear_term.cuh), and their scales in the
+//   padding of its weights
 //   the plan cut's scratch and result, the fill's batch of row windows, the exact path's staging
 // Why a type: every role addresses the same bytes, and the launcher sizes the dynamic shared memory
 // with sizeof(SharedStorage); the tiles need 1024-byte alignment (the swizzle atom).
@@ -45,6 +48,7 @@ struct SharedStorage {
   // each (math warpgroup, quad lane) are contiguous, read once per block as 8 16-byte vectors.
   alignas(16) float weights[kQSlots][kMathWarpgroups * 4][kWeightRun];
   alignas(16) int2 window[kQSlots][kMaxRowsPerBlock];  // clamped [begin, end) of each row of the slot's block
+  uint32_t piece_max[kMathWarpgroups][4];  // linear_term.cuh: each math warp's largest |residual| (bits)
   int slot_block[kQSlots];  // Q block index, -1 = no more work
   int slot_tile_begin[kQSlots];
   int slot_tile_end[kQSlots];

@@ -36,7 +36,11 @@ constexpr int kColsPerMathWarpgroup = kQTileCols / kMathWarpgroups;
 constexpr int kMaxRowsPerBlock = kQTileCols / kMinHeads;  // rows of a block at the smallest H
 // Shared memory holds tiles of the largest head dim; a smaller D uses the front of each stage and slot.
 constexpr int kKStageBytes = kKeysPerTile * kMaxHeadDim;  // 8 KiB
-constexpr int kQSlotBytes = kQTileCols * kMaxHeadDim;     // 48 KiB
+// A Q slot holds one region per math warpgroup: its 128 Q columns, then up to kMaxLinearCols piece
+// columns of the linear term (linear_term.cuh), 1024-byte aligned (the swizzle atom of D = 128).
+constexpr int kMaxLinearCols = 16;
+constexpr int kQRegionBytes = ((kColsPerMathWarpgroup + kMaxLinearCols) * kMaxHeadDim + 1023) / 1024 * 1024;  // 18 KiB
+constexpr int kQSlotBytes = kMathWarpgroups * kQRegionBytes;  // 54 KiB
 
 // A K or Q row is D bytes, one swizzle atom wide (the tensor maps and the wgmma descriptors use the
 // D-byte swizzle), and a tile's MMA is D / 32 wgmma k32 steps.
@@ -53,6 +57,10 @@ struct HeadDimShape {
 // themselves only, on named barrier 1 (0 is __syncthreads).
 constexpr int kFillThreads = 96;
 __device__ __forceinline__ void fill_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kFillThreads) : "memory"); }
+// Math warpgroup g's 128 threads among themselves (the linear term's pieces): named barrier 2 + g.
+__device__ __forceinline__ void math_warpgroup_sync(int math_warpgroup) {
+  asm volatile("bar.sync %0, 128;" ::"r"(2 + math_warpgroup) : "memory");
+}
 
 template <int H>
 struct BlockShape {
@@ -70,13 +78,13 @@ struct BlockShape {
   // With one slot the math warpgroups would wait for the next block's Q before releasing the current one.
   static_assert(kQSlots >= 2, "the Q ring needs two slots or more");
   static_assert((kKStages & (kKStages - 1)) == 0, "the ring index wraps with a mask");
-  static_assert(kQTileCols % kQBoxRows == 0, "whole TMA boxes per Q tile");
+  static_assert(kQBoxRows == kColsPerMathWarpgroup, "a TMA box per math warpgroup's region of the Q slot");
 
   // Blocks the -inf fill takes per round (fill.cuh): as many as hold kFillThreads rows, one row
   // window loaded per fill thread.
   static constexpr int kFillBatchBlocks = kFillThreads / kRowsPerBlock;
 
-  __device__ __forceinline__ static int64_t num_blocks(const KernelArgs& args) {
+  __host__ __device__ __forceinline__ static int64_t num_blocks(const KernelArgs& args) {
     return (args.M + kRowsPerBlock - 1) / kRowsPerBlock;
   }
 };

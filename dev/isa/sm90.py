@@ -134,7 +134,9 @@ def _relu_before_release(text: str):
 # FP8 FLOP per SM clock: 2D clocks, while the four schedulers issue one warp-instruction each per clock,
 # i.e. a warpgroup's tile of N instructions per thread costs N issue clocks on each of them. So the
 # epilogue fits under the MMA only if N <= 2D, and the essential 128 is half of that at D = 128 and all
-# of it at D = 64.
+# of it at D = 64. The split instances (csrc/sm90/linear_term.cuh: H = 64, D <= 64) fold the relu into
+# the FMA (one FFMA with an |x| operand, counted as weight_fma) and add one FFMA per piece column (4
+# per thread at H = 64), so their relu column is 0; the table keeps 128 as the essential for all.
 
 BUDGET_KINDS = ("mma", "relu", "weight_fma", "head_reduction", "kv_scale", "stores", "barriers", "bookkeeping")
 BUDGET_LABELS = {
@@ -271,7 +273,8 @@ def budget_table(kernels: dict, heads=(32, 64), head_dims=(64, 128)) -> list:
             found[(int(m.group(1)), int(m.group(2)))] = text
     lines = ["  math-warp instruction budget per K tile (64 keys x 128 Q-tile columns per warpgroup) and per thread,",
              "  float32 logits, full layout; the steady tile's path (a block's last tile adds 'last +'); essential =",
-             "  one relu and one FMA per accumulator value = 128; tensor clocks per warpgroup tile = 2D (8192 FP8",
+             "  one relu and one FMA per accumulator value = 128 (split instances: one FFMA |x| x w, relu 0);",
+             "  tensor clocks per warpgroup tile = 2D (8192 FP8",
              "  FLOP/clock/SM), issue clocks = the total (one warp-instruction per scheduler per clock); per",
              "  (query, key) pair: lane-instructions = total x H / 64 (essential 2H), SM clocks of tensor work",
              "  2HD / 8192, of essential issue 2H / 128, of issue total x H / 8192.",

@@ -46,6 +46,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // Lets the grid launched next on the stream (with the programmatic-serialization attribute) start
 // its CTAs now; they wait for this grid's results with grid_dependency_wait.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Orders this thread's generic-proxy shared-memory stores before later async-proxy reads (wgmma, TMA).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Blocks the calling thread until the grid this one depends on has finished and its writes are
 // visible; returns at once when the launch had no programmatic dependency.
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
