@@ -61,7 +61,7 @@ __device__ __forceinline__ void load_block_rows(BlockRows<H, Logits>& rows, cons
     rows.weights[4 * v + 3] = four.w;
   }
   if constexpr (LinearTerm<H, D>::kOn) {
-    const float* scales = smem.weights[slot][math_warpgroup * 4 + quad_lane] + 32;
+    const float* scales = smem.weights[slot][math_warpgroup * 4 + quad_lane] + kPieceScaleColumn;
 #pragma unroll
     for (int r = 0; r < BlockShape<H>::kRowsPerWarpgroup; ++r) rows.piece_scale[r] = scales[r];
   }

@@ -18,7 +18,7 @@
 //   region of warpgroup g in q[slot] (shared_storage.cuh, kQRegionBytes): rows of D bytes, D-byte swizzle,
 //     rows [0, 128)          Q[(row, head)] as TMA wrote them, row = g R + col / H, head = col % H
 //     rows [128, 128 + 4R)   the pieces: row 128 + piece_row(r, p) = piece p of query row g R + r
-//   weights[slot][g * 4 + p][32 + r]   scale[g R + r, p] (the padding of kWeightRun), read with the weights
+//   weights[slot][g * 4 + p][kPieceScaleColumn + r]   scale[g R + r, p], read with the weights
 // so that one wgmma m64n(128 + 4R)k32 computes both.
 #pragma once
 #include <cstdint>
@@ -32,6 +32,9 @@ namespace aiter {
 namespace sm90 {
 
 constexpr int kLinearPieces = 4;  // one per quad lane: the fragment's columns 2q, 2q + 1 (piece_row)
+// Where piece p's scales of warpgroup g's rows sit: weights[slot][g * 4 + p][kPieceScaleColumn + r],
+// after a thread's 32 weights, in the padding of kWeightRun.
+constexpr int kPieceScaleColumn = 32;
 
 template <int H, int D>
 struct LinearTerm {
@@ -41,7 +44,7 @@ struct LinearTerm {
   static constexpr int kMmaCols = kColsPerMathWarpgroup + kCols;   // the wgmma's N
   static_assert(kCols <= kMaxLinearCols, "shared memory holds kMaxLinearCols piece rows per warpgroup");
   static_assert(!kOn || kRows % 2 == 0, "the piece columns pair two query rows per 8-column group");
-  static_assert(!kOn || 32 + kRows <= kWeightRun, "the scales fit the padding of a thread's weights");
+  static_assert(!kOn || kPieceScaleColumn + kRows <= kWeightRun, "the scales fit the padding of a thread's weights");
   static_assert(kMmaCols % 8 == 0, "wgmma N is a multiple of 8");
 };
 
@@ -93,7 +96,8 @@ __device__ __forceinline__ void build_linear_pieces(SharedStorage& smem, int slo
   for (int k = 0; k < H / S; ++k) {
     const int head = k * S + split;
     const uint32_t bytes = *reinterpret_cast<const uint32_t*>(region + swizzled<D>((r * H + head) * D + chunk * 4));
-    // weight_index's order: quad lane (head % 8) / 2 holds heads 8 hg + 2 q + c of each row.
+    // weight_index<H>'s position of (row g R + r, head), written out: through weight_index's divisions
+    // of a run-time column the build is longer (the ISA check's "last tile +").
     const float w = weights[(head % 8) / 2][(r * BlockShape<H>::kHeadGroups + head / 8) * 2 + head % 2];
     float q[4];
     e4m3x4_to_float(bytes, q);
@@ -135,7 +139,7 @@ __device__ __forceinline__ void build_linear_pieces(SharedStorage& smem, int slo
     if (split == 0)
       *reinterpret_cast<uint32_t*>(region + swizzled<D>((kColsPerMathWarpgroup + piece_row(r, p)) * D + chunk * 4)) =
           packed;
-    if (within == 0) smem.weights[slot][math_warpgroup * 4 + p][32 + r] = scale;
+    if (within == 0) smem.weights[slot][math_warpgroup * 4 + p][kPieceScaleColumn + r] = scale;
   }
   // The pieces are generic-proxy stores that wgmma reads through the async proxy.
   fence_proxy_async_shared();

@@ -35,12 +35,11 @@ constexpr int kKStages = 8;
 // slot gains nothing.
 constexpr int kQSlots = 2;
 // Whether an (H, D) instance sums its heads as (sum |x| w + K . q') / 2 (linear_term.cuh): one FFMA
-// per accumulator element instead of two, for four more wgmma columns per query row, and a build of
-// the pieces per Q block (~3200 cycles of one math warpgroup at H = 64, D = 128). On at H = 64 with
-// D <= 64, where the epilogue's instructions bound the kernel most (D / 32 MMA steps per tile against
-// the same epilogue). At D = 128 the per-block build costs about what the cheaper epilogue saves on
-// blocks of ~64 tiles (8192x8192 causal 11% slower at H = 64, 8% at H = 32; long rows 3-9% faster);
-// at H <= 16 a warpgroup's 8 or 16 rows would take 32 or 64 more columns.
+// per accumulator element instead of two, for four more wgmma columns per query row and a build of
+// the pieces per Q block. On at H = 64 with D <= 64, where the epilogue's instructions bound the
+// kernel most (D / 32 MMA steps per tile against the same epilogue). At D = 128 the per-block build
+// costs about what the cheaper epilogue saves on medium rows and short calls; at H <= 16 a
+// warpgroup's 8 or 16 rows would take 32 or 64 more columns (docs/performance.md, "The split head sum").
 constexpr bool linear_term_split(int heads, int head_dim) { return heads == 64 && head_dim <= 64; }
 // Where a math warpgroup loads a Q block's weights and windows (epilogue.cuh: BlockRows): at the end of
 // the previous block's last epilogue (true), or before the block's first epilogue, a branch between
@@ -84,8 +83,8 @@ constexpr int kFillShortRun = 512;
 // One producer warpgroup (warp 0: TMA issue; warps 1-3: exact rows, -inf fill) and the math warpgroups.
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 // setmaxnreg budgets, within the 65536 registers: 128 x 80 + 384 x 144 = 65536 (one accumulator of 64
-// floats, 68 with the split's piece columns, 32 weights, the reduction). ptxas allocates each role's code within its budget: at 56 the
-// producer warpgroup's -inf fill spilled.
+// floats, 68 with the split's piece columns, 32 weights, the reduction). ptxas allocates each role's
+// code within its budget: at 56 the producer warpgroup's -inf fill spilled.
 constexpr int kProducerRegs = 80;
 constexpr int kMathRegs = 144;
 static_assert(128 * kProducerRegs + 128 * kMathWarpgroups * kMathRegs <= 65536, "register file");
