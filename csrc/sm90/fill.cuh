@@ -36,14 +36,14 @@ namespace sm90 {
 // epilogue's relu FADDs below the k_empty arrive and the first-tile branch instead of right after
 // the wgmma wait, which slows every H=64 row. Check that schedule in the SASS (python -m
 // dev.isa.check --arch sm_90a reports it) when this function changes.
-template <int H, class Logits>
+template <int H, int D, class Logits>
 __device__ void fill_outside_windows(const KernelArgs& args, SharedStorage& smem, int tid) {
   using Element = typename Logits::Element;
   using Shape = BlockShape<H>;
   constexpr int kRows = Shape::kRowsPerBlock;
   constexpr int kWarps = kFillThreads / 32;
   static_assert(Shape::kFillBatchBlocks * kRows <= kFillThreads, "SharedStorage::fill_window holds a batch");
-  const scheduler::CostModel model = cost_model(args);
+  const scheduler::CostModel model = cost_model<H, D>(args);
   const PlanShare share = smem.plan_share[kFillList];
   int64_t block = share.block;
   int64_t units_left = block < 0 ? 0 : share.units;

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (Logits::kCompressed)
           fill_compressed_tails<Logits>(args, threadIdx.x - 32);
         else
-          fill_outside_windows<H, Logits>(args, smem, threadIdx.x - 32);
+          fill_outside_windows<H, D, Logits>(args, smem, threadIdx.x - 32);
       }
     }
   } else {

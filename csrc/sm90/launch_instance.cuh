@@ -82,7 +82,7 @@ const char* launch_instance(const LaunchContext& context) {
   config.numAttrs = 1;
   config.gridDim = dim3(price_ctas);
   config.blockDim = dim3(kPriceThreads);
-  cudaError_t err = cudaLaunchKernelEx(&config, price_blocks_kernel<H>, params, block_units);
+  cudaError_t err = cudaLaunchKernelEx(&config, price_blocks_kernel<H, D>, params, block_units);
   if (err != cudaSuccess) return launch_error_text(err);
 
   config.gridDim = dim3(context.num_sms);

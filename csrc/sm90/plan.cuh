@@ -8,7 +8,7 @@
 // Writes SharedStorage::plan_share (the main kernel's CTA's share of each list).
 //
 // The work is two lists of units, priced per Q block by the shared scheduler (work.cuh: cost_model):
-//   compute  per block, kBlockOverheadTiles units for starting it, then one per K tile of its union;
+//   compute  per block, block_start_tiles units for starting it, then one per K tile of its union;
 //   fill     with clean_logits, per block one unit per column tile outside those K tiles (-inf).
 // Each list is cut into gridDim.x equal shares (scheduler::share_begin), so causal and multi-request
 // chunks balance by real window work, and a block may be split across CTAs (its column ranges are
@@ -41,7 +41,7 @@ __host__ __device__ inline size_t plan_workspace_bytes(int64_t num_blocks) {
 
 // One thread per Q block: its (compute, fill) units. A block's units fit 32 bits (at most N / 64 + 2
 // tiles, N < 2^31).
-template <int H>
+template <int H, int D>
 __global__ void __launch_bounds__(kPriceThreads)
     price_blocks_kernel(const KernelArgs args, int2* __restrict__ block_units) {
   // The main kernel's CTAs may start now and wait at grid_dependency_wait.
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kPriceThreads)
   const int64_t block = int64_t(blockIdx.x) * kPriceThreads + threadIdx.x;
   if (block >= BlockShape<H>::num_blocks(args)) return;
   const scheduler::BlockPrice price =
-      scheduler::price_block(cost_model(args), load_block_union<H>(args, block).range());
+      scheduler::price_block(cost_model<H, D>(args), load_block_union<H>(args, block).range());
   block_units[block] = make_int2(static_cast<int>(price.compute_total()), static_cast<int>(price.fill));
 }
 

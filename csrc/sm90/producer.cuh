@@ -77,7 +77,7 @@ __device__ void produce_q_and_k(const KernelArgs& args, SharedStorage& smem, con
                                 const CUtensorMap* k_map) {
   using Shape = BlockShape<H>;
   const int lane = threadIdx.x % 32;
-  const scheduler::CostModel model = cost_model(args);
+  const scheduler::CostModel model = cost_model<H, D>(args);
   const int64_t blocks = Shape::num_blocks(args);
   int slot = 0, slot_phase = 0, stage = 0, stage_phase = 0;
   const PlanShare share = smem.plan_share[kComputeList];

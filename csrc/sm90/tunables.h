@@ -40,7 +40,9 @@ constexpr int kQSlots = 2;
 // kernel most (D / 32 MMA steps per tile against the same epilogue). At D = 128 the per-block build
 // costs about what the cheaper epilogue saves on medium rows and short calls; at H <= 16 a
 // warpgroup's 8 or 16 rows would take 32 or 64 more columns (docs/performance.md, "The split head sum").
-constexpr bool linear_term_split(int heads, int head_dim) { return heads == 64 && head_dim <= 64; }
+__host__ __device__ constexpr bool linear_term_split(int heads, int head_dim) {
+  return heads == 64 && head_dim <= 64;
+}
 // Where a math warpgroup loads a Q block's weights and windows (epilogue.cuh: BlockRows): at the end of
 // the previous block's last epilogue (true), or before the block's first epilogue, a branch between
 // the MMA's wait and the epilogue's arithmetic (false). At the end is faster up to H = 32 (most at
@@ -53,6 +55,14 @@ constexpr bool kRowsAtBlockEnd = H <= 32 || linear_term_split(H, D);
 // blocks (the first rows of a causal chunk) pays a Q-tile load per block, which a price of zero
 // leaves out; long rows do not notice it.
 constexpr int kBlockOverheadTiles = 2;
+// Where the instance splits the head sum, starting a block also builds its pieces: each math warpgroup
+// stops for a few loop tiles' time (ptxas's 200-odd instructions a thread, latency-bound). Priced as
+// kPieceBuildTiles more, so that the CTA walking a causal chunk's first blocks (1 to 10 tiles each)
+// takes fewer of them; priced as nothing, that CTA ends the call late.
+constexpr int kPieceBuildTiles = 2;
+__host__ __device__ constexpr int block_start_tiles(int heads, int head_dim) {
+  return kBlockOverheadTiles + (linear_term_split(heads, head_dim) ? kPieceBuildTiles : 0);
+}
 // Threads per CTA of the pricing kernel (plan.cuh), one Q block each: small CTAs spread even a short
 // chunk's blocks over several SMs. Not tuned: the pricing costs about one launch and one round of
 // loads at every benchmark shape, and the main kernel's CTAs start under it.

@@ -90,15 +90,16 @@ struct BlockShape {
 };
 
 // How the plan prices a Q block, in K tiles: the 64-key tiles of the grid that cover its union,
-// kBlockOverheadTiles for starting it, and with clean_logits one fill unit per column tile outside
-// those (the -inf fill writes them). The compressed layout's -inf tails are not on the plan: the
+// block_start_tiles (tunables.h) for starting it, and with clean_logits one fill unit per column tile
+// outside those (the -inf fill writes them). The compressed layout's -inf tails are not on the plan: the
 // fill warps write them row by row (fill.cuh), so its blocks have no fill units.
+template <int H, int D>
 __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& args) {
   scheduler::CostModel model;
   model.num_keys = args.N;
   model.tile_keys = kKeysPerTile;
   model.tiles_on_key_grid = true;
-  model.start_overhead = kBlockOverheadTiles;
+  model.start_overhead = block_start_tiles(H, D);
   model.fill_unit_keys = args.clean_logits && !args.compressed ? kKeysPerTile : 0;
   return model;
 }
