@@ -1,6 +1,7 @@
 """What one eager prefill call costs the host, ours against DeepGEMM, and which layer of ours pays it.
 
-    python -m dev.host_cost [--rows causal:1024x1024:32,causal:128x4096:64] [--layers] [--device cuda]
+    python -m dev.host_cost [--rows causal:1024x1024:32,causal:128x4096:64] [--calls 200] [--layers]
+                            [--device cuda]
 
 Per row and side: the host's µs for the call alone (the device synchronised before each call, so the
 launch queue is empty; p10 / p50 / p90 of --calls calls), the µs per call of 1000 calls back to back
@@ -85,7 +86,7 @@ def main(argv=None) -> None:
     p.add_argument("--rows", default="causal:1024x1024:32,causal:1024x1024:64,causal:128x4096:32",
                    type=parse_rows, help="mode:MxN:H,...")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--calls", type=int, default=400, help="host-timed calls per row and side")
+    p.add_argument("--calls", type=int, default=200, help="host-timed calls per row and side")
     p.add_argument("--layers", action="store_true", help="split ours into its layers (first row)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -104,8 +105,9 @@ def main(argv=None) -> None:
         if dg is not None:
             sides["DeepGEMM"] = lambda: dg(q, kv, scales, weights, ks, ke, False)
         for name, fn in sides.items():
+            host = host_us(fn, device, args.calls)  # warms fn up first (module loads, a peer's JIT)
             chain = back_to_back_us(fn, device, 1000 if on_gpu else 20)
-            line = (f"{mode} {M}x{N} H={H} {name}: host p10/p50/p90 {percentiles(host_us(fn, device, args.calls))} µs"
+            line = (f"{mode} {M}x{N} H={H} {name}: host p10/p50/p90 {percentiles(host)} µs"
                     f" | back to back {chain:.1f} µs/call")
             if on_gpu:
                 line += f" | event after flush p10/p50/p90 {percentiles(event_after_flush_us(fn, flush))} µs"

@@ -39,8 +39,8 @@ __host__ __device__ inline size_t plan_workspace_bytes(int64_t num_blocks) {
   return static_cast<size_t>(num_blocks) * sizeof(int2);
 }
 
-// One thread per Q block: its (compute, fill) units. A block's units fit 32 bits (at most N / 64 + 2
-// tiles, N < 2^31).
+// One thread per Q block: its (compute, fill) units. A block's units fit 32 bits (at most N / 64 +
+// block_start_tiles tiles, N < 2^31).
 template <int H, int D>
 __global__ void __launch_bounds__(kPriceThreads)
     price_blocks_kernel(const KernelArgs args, int2* __restrict__ block_units) {

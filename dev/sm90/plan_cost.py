@@ -56,7 +56,7 @@ void plan_stage(torch::Tensor ks, torch::Tensor ke, int64_t N, int64_t H, bool c
   const int64_t rows = aiter::sm90::kQTileCols / H, blocks = (p.M + rows - 1) / rows;
   if (stage == 0) {
     const unsigned ctas = static_cast<unsigned>((blocks + aiter::sm90::kPriceThreads - 1) / aiter::sm90::kPriceThreads);
-    auto kernel = H == 32 ? aiter::sm90::price_blocks_kernel<32> : aiter::sm90::price_blocks_kernel<64>;
+    auto kernel = H == 32 ? aiter::sm90::price_blocks_kernel<32, 128> : aiter::sm90::price_blocks_kernel<64, 128>;
     kernel<<<ctas, aiter::sm90::kPriceThreads, 0, stream>>>(p, units);
     return;
   }
