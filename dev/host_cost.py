@@ -6,12 +6,12 @@
 Per row and side: the host's µs for the call alone (the device synchronised before each call, so the
 launch queue is empty; p10 / p50 / p90 of --calls calls), the µs per call of 1000 calls back to back
 (20 on the CPU; one synchronisation at the end: the larger of host and device time), and on a GPU the
-event time of the call after the bench's cold-L2 flush (p10 / p50 / p90 of 60), which reads the
-host's time instead of the kernel's when the host takes longer to issue the call than the GPU takes
-to flush. --layers splits ours (first row only): the public function, the registered op
-torch.ops.aiter.fp8_mqa_logits (without the public function's argument checks), the C++ module's
-native op, and two bare allocations. Rows are mode:MxN:H (D = 128, clean_logits False, the
-make_inputs set). DeepGEMM joins when importable. On the CPU (the default without a GPU) only the
+bench's timer (aiter/bench/machine.py: GpuTimer, each call after a cold-L2 flush; p10 / p50 / p90 of
+60), which reads the host's time instead of the kernel's when the host takes longer to issue the call
+than the GPU takes to flush. --layers splits ours (first row only): the public function, the
+registered op torch.ops.aiter.fp8_mqa_logits (without the public function's argument checks), the
+C++ module's native op, and two bare allocations. Rows are mode:MxN:H (D = 128, clean_logits False,
+the make_inputs set). DeepGEMM joins when importable. On the CPU (the default without a GPU) only the
 host columns are printed.
 """
 
@@ -54,19 +54,6 @@ def back_to_back_us(fn, device: torch.device, calls: int = 1000) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def event_after_flush_us(fn, flush: torch.Tensor, samples: int = 60) -> list:
-    out = []
-    for _ in range(samples):
-        flush.fill_(1.0)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) * 1e3)
-    return out
-
-
 def parse_rows(text: str) -> list:
     rows = []
     for item in text.split(","):
@@ -78,7 +65,7 @@ def parse_rows(text: str) -> list:
 
 def main(argv=None) -> None:
     import aiter
-    from aiter.bench import baselines
+    from aiter.bench import baselines, machine
     from aiter.ops import native
     from aiter.testing.mqa_logits import make_input_set, make_windows
 
@@ -92,11 +79,7 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
     dg = baselines.deepgemm_logits()[0] if on_gpu else None
-    # The bench's flush: four times the L2 (GpuTimer in aiter/bench/machine.py).
-    flush = None
-    if on_gpu:
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        flush = torch.empty(4 * l2 // 4, dtype=torch.float32, device=device)
+    timer = machine.GpuTimer(device, iters=60) if on_gpu else None  # the bench's own timer
 
     for index, (mode, M, N, H) in enumerate(args.rows):
         q, kv, scales, weights = make_input_set("make_inputs", M, N, H, 128, device)
@@ -110,7 +93,7 @@ def main(argv=None) -> None:
             line = (f"{mode} {M}x{N} H={H} {name}: host p10/p50/p90 {percentiles(host)} µs"
                     f" | back to back {chain:.1f} µs/call")
             if on_gpu:
-                line += f" | event after flush p10/p50/p90 {percentiles(event_after_flush_us(fn, flush))} µs"
+                line += f" | bench timer p10/p50/p90 {percentiles(timer.samples(fn))} µs"
             print(line, flush=True)
         if args.layers and index == 0:
             native_op = native.ops("prefill", device).fp8_mqa_logits.default

@@ -91,8 +91,8 @@ struct BlockShape {
 
 // How the plan prices a Q block, in K tiles: the 64-key tiles of the grid that cover its union,
 // block_start_tiles (tunables.h) for starting it, and with clean_logits one fill unit per column tile
-// outside those (the -inf fill writes them). The compressed layout's -inf tails are not on the plan: the
-// fill warps write them row by row (fill.cuh), so its blocks have no fill units.
+// outside those (the -inf fill writes them). The compressed layout's -inf tails are not on the plan:
+// the fill warps write them row by row (fill.cuh), so its blocks have no fill units.
 template <int H, int D>
 __device__ __forceinline__ scheduler::CostModel cost_model(const KernelArgs& args) {
   scheduler::CostModel model;
